@@ -1,0 +1,59 @@
+"""The MCP dialect (legacy era): decode wire messages into Events, negotiate versions.
+
+MCP is also the base every other dialect extends, so this adapter is the one that always runs;
+the extension adapters only add facets to the Event it produces.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway import jsonrpc
+from gateway.events import Dialect, Event, Kind
+
+LEGACY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+LATEST_LEGACY = LEGACY_VERSIONS[-1]
+
+_SHAPE_KIND = {
+    jsonrpc.Shape.REQUEST: Kind.REQUEST,
+    jsonrpc.Shape.NOTIFICATION: Kind.NOTIFICATION,
+    jsonrpc.Shape.RESPONSE: Kind.RESPONSE,
+    jsonrpc.Shape.ERROR: Kind.ERROR,
+}
+
+
+def negotiate_version(requested: Any) -> str:
+    """The version to answer an ``initialize`` with: the client's if we speak it, else our latest."""
+    return requested if requested in LEGACY_VERSIONS else LATEST_LEGACY
+
+
+def context_of(method: str | None, params: dict[str, Any]) -> str | None:
+    """The CONTEXT part of the action: tool or prompt name, resource URI, completion target."""
+    if method in ("tools/call", "prompts/get"):
+        name = params.get("name")
+        return name if isinstance(name, str) else None
+    if method in ("resources/read", "resources/subscribe", "resources/unsubscribe"):
+        uri = params.get("uri")
+        return uri if isinstance(uri, str) else None
+    if method == "completion/complete":
+        ref = params.get("ref")
+        if isinstance(ref, dict):
+            target = ref.get("name") if ref.get("type") == "ref/prompt" else ref.get("uri")
+            return target if isinstance(target, str) else None
+    return None
+
+
+def decode(message: dict[str, Any], shape: jsonrpc.Shape, *, session: str | None, principal: str | None) -> Event:
+    method = message.get("method")
+    params = message.get("params")
+    params = params if isinstance(params, dict) else {}
+    return Event(
+        kind=_SHAPE_KIND[shape],
+        method=method,
+        payload=message,
+        dialect=Dialect.MCP,
+        context=context_of(method, params) if method else None,
+        rpc_id=message.get("id"),
+        session=session,
+        principal=principal,
+    )

@@ -1,0 +1,99 @@
+"""The Starlette application: every front door on one port, plus health, readiness and metrics."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+
+from gateway.config import Config
+from gateway.core import Gateway
+from gateway.federation import View
+from gateway.transports.sse import LegacySseDoor
+from gateway.transports.streamable_http import StreamableHttpDoor
+from gateway.transports.websocket import WebSocketDoor
+
+
+class _Asgi:
+    """Route target that hands the raw ASGI triple to a door (Starlette treats non-functions as ASGI apps)."""
+
+    def __init__(self, handler: Any) -> None:
+        self._handler = handler
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self._handler(scope, receive, send)
+
+
+def build_app(config: Config, gateway: Gateway | None = None) -> Starlette:
+    gw = gateway or Gateway(config)
+
+    def federated(_scope: Any) -> View:
+        return gw.federated
+
+    def single(scope: Any) -> View | None:
+        return gw.single.get(scope.get("path_params", {}).get("name", ""))
+
+    mcp_fed = StreamableHttpDoor(gw, federated)
+    mcp_one = StreamableHttpDoor(gw, single)
+    sse_fed = LegacySseDoor(gw, federated, lambda _s: "/messages")
+    sse_one = LegacySseDoor(gw, single, lambda s: f"/servers/{s['path_params']['name']}/messages")
+    ws_fed = WebSocketDoor(gw, federated)
+    ws_one = WebSocketDoor(gw, single)
+
+    async def healthz(_request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(_request: Request) -> Response:
+        ready, details = gw.readiness()
+        return JSONResponse(details, status_code=200 if ready else 503)
+
+    async def metrics(_request: Request) -> Response:
+        return Response(gw.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        await gw.start()
+        try:
+            yield
+        finally:
+            await gw.stop()
+
+    any_method = ["GET", "POST", "DELETE", "PUT", "PATCH", "OPTIONS", "HEAD"]
+    routes = [
+        Route("/mcp", _Asgi(mcp_fed), methods=any_method),
+        Route("/mcp/", _Asgi(mcp_fed), methods=any_method),
+        WebSocketRoute("/mcp/ws", ws_fed),
+        Route("/sse", _Asgi(sse_fed.stream), methods=any_method),
+        Route("/messages", _Asgi(sse_fed.messages), methods=any_method),
+        Route("/messages/", _Asgi(sse_fed.messages), methods=any_method),
+        Route("/message", _Asgi(sse_fed.messages), methods=any_method),
+        Route("/servers/{name}/mcp", _Asgi(mcp_one), methods=any_method),
+        WebSocketRoute("/servers/{name}/mcp/ws", ws_one),
+        Route("/servers/{name}/sse", _Asgi(sse_one.stream), methods=any_method),
+        Route("/servers/{name}/messages", _Asgi(sse_one.messages), methods=any_method),
+        Route("/servers/{name}/messages/", _Asgi(sse_one.messages), methods=any_method),
+        Route("/healthz", healthz),
+        Route("/readyz", readyz),
+        Route("/metrics", metrics),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.gateway = gw
+    return app
+
+
+def front_doors(base: str, config: Config) -> list[str]:
+    """Human-readable list of URLs printed at start."""
+    lines = [
+        f"MCP Streamable HTTP  {base}/mcp",
+        f"MCP legacy SSE       {base}/sse",
+        f"MCP WebSocket        {base.replace('http', 'ws', 1)}/mcp/ws",
+    ]
+    for name in config.backends:
+        lines.append(f"backend {name:<12} {base}/servers/{name}/mcp  (also /sse, /mcp/ws)")
+    lines += [f"health               {base}/healthz  {base}/readyz", f"metrics              {base}/metrics"]
+    return lines

@@ -1,0 +1,41 @@
+"""The Bus: the spine that lets one replica or many share topics, sessions and counters.
+
+Every piece of state that replicas must share goes through this interface, so that the in-memory
+bus (one replica) and the Redis bus (many) are interchangeable.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+
+
+class Bus(abc.ABC):
+    async def start(self) -> None:  # noqa: B027 - optional
+        """Connect; called once before use."""
+
+    async def close(self) -> None:  # noqa: B027 - optional
+        """Release connections and subscriptions."""
+
+    @abc.abstractmethod
+    async def publish(self, channel: str, data: bytes) -> int:
+        """Deliver ``data`` to current subscribers of ``channel``; returns how many got it (locally known)."""
+
+    @abc.abstractmethod
+    def subscribe(self, channel: str, max_queue: int = 1024) -> AsyncIterator[bytes]:
+        """Messages published to ``channel`` from now on. A subscriber that falls ``max_queue`` behind
+        loses the oldest messages (a slow reader must not stall publishers)."""
+
+    @abc.abstractmethod
+    async def get(self, key: str) -> bytes | None: ...
+
+    @abc.abstractmethod
+    async def set(self, key: str, value: bytes, ttl_s: float | None = None, only_if_absent: bool = False) -> bool:
+        """Store; with ``only_if_absent`` it is an atomic claim (de-duplication) and says if it won."""
+
+    @abc.abstractmethod
+    async def delete(self, key: str) -> None: ...
+
+    @abc.abstractmethod
+    async def incr(self, key: str, amount: int = 1, ttl_s: float | None = None) -> int:
+        """Atomic counter; the TTL is set when the key is created."""

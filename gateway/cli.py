@@ -1,0 +1,134 @@
+"""The ``switchboard`` command: ``run`` serves, ``check`` explains what is wrong with a config."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import socket
+import sys
+
+from gateway import __version__
+from gateway.config import Config, ConfigError, default_config, load_config
+
+
+def _load(path: str | None) -> Config:
+    return default_config() if path is None else load_config(path)
+
+
+def _check(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        for issue in exc.issues:
+            print(f"error: {issue}", file=sys.stderr)
+        print(f"{len(exc.issues)} error(s) in {args.config}", file=sys.stderr)
+        return 1
+    problems = static_problems(config)
+    for problem in problems:
+        print(f"error: {args.config}: {problem}", file=sys.stderr)
+    if problems:
+        return 1
+    print(f"{args.config}: ok ({len(config.backends)} backend(s), prefix mode {config.federation.prefix})")
+    return 0
+
+
+def static_problems(config: Config) -> list[str]:
+    """What can be known to be wrong without contacting any backend."""
+    problems = []
+    if not config.loopback:
+        problems.append(
+            f"listen.host {config.listen.host!r} is not a loopback address; without authentication "
+            "the gateway only serves loopback (bind 127.0.0.1, or configure auth when it is available)"
+        )
+    sep = config.federation.separator
+    names = list(config.backends)
+    if config.federation.prefix != "never":
+        # A prefixed name must split back into exactly one (backend, tool) pair.
+        for a in names:
+            for b in names:
+                if a != b and b.startswith(a + sep):
+                    problems.append(f"backends {a!r} and {b!r} make prefixed names ambiguous with separator {sep!r}")
+    return problems
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        config = _load(args.config)
+    except ConfigError as exc:
+        for issue in exc.issues:
+            print(f"error: {issue}", file=sys.stderr)
+        return 1
+    if args.host:
+        config.listen.host = args.host
+    if args.port is not None:
+        config.listen.port = args.port
+    problems = static_problems(config)
+    if problems:
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 1
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    return asyncio.run(_serve(config))
+
+
+async def _serve(config: Config) -> int:
+    import uvicorn
+
+    from gateway.app import build_app, front_doors
+
+    try:
+        import uvloop  # noqa: F401
+
+        loop_name = "uvloop"
+    except ImportError:
+        loop_name = "asyncio"
+    sock = socket.socket(socket.AF_INET6 if ":" in config.listen.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((config.listen.host, config.listen.port))
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    base = f"http://{shown}:{port}"
+    app = build_app(config)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            log_level=config.log_level,
+            access_log=False,
+            loop=loop_name,
+            http="httptools",
+            ws="websockets-sansio",
+            lifespan="on",
+            timeout_graceful_shutdown=5,
+            ws_max_size=config.limits.max_message_bytes,
+        )
+    )
+    print(f"Switchboard {__version__} listening on {base}", flush=True)
+    for line in front_doors(base, config):
+        print(f"  {line}", flush=True)
+    await server.serve(sockets=[sock])
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="switchboard", description="A gateway for the MCP protocol family.")
+    parser.add_argument("--version", action="version", version=f"switchboard {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="serve (with no -c: the embedded default with a demo backend)")
+    run.add_argument("-c", "--config", help="YAML config file")
+    run.add_argument("--host", help="override listen.host")
+    run.add_argument("--port", type=int, help="override listen.port (0: any free port)")
+    run.set_defaults(func=_run)
+    check = sub.add_parser("check", help="validate a config file and explain every error")
+    check.add_argument("-c", "--config", required=True, help="YAML config file")
+    check.set_defaults(func=_check)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

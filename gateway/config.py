@@ -1,0 +1,265 @@
+"""The configuration model (pydantic) and its YAML loader.
+
+Every field has a default and a description; ``switchboard check`` prints the errors this module
+finds with file, line, key path and reason.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+# Backend names appear inside tool names (NAME__tool) and resource URI schemes (NAME+file://...),
+# so they are restricted to what is safe in both: a lowercase DNS label.
+BACKEND_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Listen(_Model):
+    host: str = Field("127.0.0.1", description="Address to bind. Loopback unless you configure auth.")
+    port: int = Field(8787, ge=0, le=65535, description="TCP port; 0 picks a free one.")
+
+
+class Restart(_Model):
+    initial_backoff_s: float = Field(0.5, gt=0, description="First delay before reconnecting/restarting.")
+    max_backoff_s: float = Field(30.0, gt=0, description="Ceiling of the exponential backoff.")
+
+
+class Backend(_Model):
+    transport: Literal["stdio", "http", "sse", "ws", "builtin"] = Field(description="How to reach it.")
+    command: str | None = Field(None, description="stdio: the program to spawn.")
+    args: list[str] = Field(default_factory=list, description="stdio: its arguments.")
+    env: dict[str, str] = Field(default_factory=dict, description="stdio: extra environment variables.")
+    cwd: str | None = Field(None, description="stdio: working directory.")
+    url: str | None = Field(None, description="http/sse/ws: the endpoint URL.")
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Headers sent to this backend only (its own credentials; a client's are never forwarded).",
+    )
+    server: Literal["demo"] = Field("demo", description="builtin: which in-process server.")
+    required: bool = Field(False, description="/readyz waits for this backend to be connected.")
+    timeout_s: float = Field(300.0, gt=0, description="Longest a single request to this backend may take.")
+    connect_timeout_s: float = Field(15.0, gt=0, description="Longest the connect + initialize may take.")
+    restart: Restart = Field(default_factory=Restart)
+
+    @model_validator(mode="after")
+    def _transport_fields(self) -> Backend:
+        if self.transport == "stdio" and not self.command:
+            raise ValueError("transport 'stdio' needs 'command'")
+        if self.transport in ("http", "sse", "ws"):
+            if not self.url:
+                raise ValueError(f"transport '{self.transport}' needs 'url'")
+            schemes = ("ws://", "wss://") if self.transport == "ws" else ("http://", "https://")
+            if not self.url.startswith(schemes):
+                raise ValueError(f"url for transport '{self.transport}' must start with {' or '.join(schemes)}")
+        return self
+
+
+class Federation(_Model):
+    prefix: Literal["always", "conditional", "never"] = Field(
+        "conditional",
+        description="always: NAME{sep}tool; conditional: bare with one backend, prefixed with several; never: bare.",
+    )
+    separator: str = Field("__", min_length=1, max_length=8, description="Between backend name and tool name.")
+    page_size: int = Field(100, ge=1, le=10000, description="Items per page of the merged lists.")
+    list_cache_s: float = Field(
+        30.0, ge=0, description="How long a backend's lists are cached (list_changed refreshes at once)."
+    )
+
+    @field_validator("separator")
+    @classmethod
+    def _separator(cls, value: str) -> str:
+        if re.search(r"[a-z0-9]", value):
+            raise ValueError("separator must not contain lowercase letters or digits (backend names use them)")
+        return value
+
+
+class Security(_Model):
+    allowed_hosts: list[str] | None = Field(
+        None,
+        description="Host header values accepted (DNS-rebinding guard). Default: loopback names when bound to "
+        "loopback, anything otherwise. Entries may end in ':*' for any port.",
+    )
+    allowed_origins: list[str] | None = Field(
+        None,
+        description="Origin header values accepted when present. Default: http(s)://localhost|127.0.0.1|[::1] "
+        "on any port. '*' allows every origin.",
+    )
+
+
+class Limits(_Model):
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Largest HTTP request body (else 413).")
+    max_message_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Largest WebSocket/stdio message.")
+    session_queue: int = Field(
+        1024,
+        ge=8,
+        description="Messages queued toward one client before it counts as too slow and is dropped.",
+    )
+    sse_replay_events: int = Field(256, ge=0, description="Events kept per SSE stream for Last-Event-ID replay.")
+    client_request_timeout_s: float = Field(
+        120.0, gt=0, description="How long a backend's request to a client (sampling, elicitation) may wait."
+    )
+    session_idle_s: float = Field(1800.0, gt=0, description="Sessions idle this long are ended.")
+    max_sessions: int = Field(10000, ge=1, description="Concurrent client sessions per replica.")
+    max_inflight_per_session: int = Field(256, ge=1, description="Concurrent requests one session may have.")
+    sse_keepalive_s: float = Field(15.0, gt=0, description="Interval of SSE keep-alive comments.")
+
+
+class Config(_Model):
+    listen: Listen = Field(default_factory=Listen)
+    backends: dict[str, Backend] = Field(default_factory=dict)
+    federation: Federation = Field(default_factory=Federation)
+    security: Security = Field(default_factory=Security)
+    limits: Limits = Field(default_factory=Limits)
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info")
+
+    @field_validator("backends")
+    @classmethod
+    def _backend_names(cls, value: dict[str, Backend]) -> dict[str, Backend]:
+        for name in value:
+            if not BACKEND_NAME.match(name):
+                raise ValueError(
+                    f"backend name {name!r} must be a lowercase DNS label ([a-z0-9-], 1-63 chars): "
+                    "it becomes part of tool names and resource URIs"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _separator_vs_names(self) -> Config:
+        for name in self.backends:
+            if self.federation.separator in name:
+                raise ValueError(
+                    f"backend name {name!r} contains the federation separator {self.federation.separator!r}"
+                )
+        return self
+
+    @property
+    def loopback(self) -> bool:
+        return is_loopback(self.listen.host)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def default_config() -> Config:
+    """The embedded default: loopback, in-memory bus, one in-process demo backend."""
+    return Config(backends={"demo": Backend(transport="builtin", server="demo", required=True)})
+
+
+@dataclass(frozen=True)
+class ConfigIssue:
+    """One precise complaint about a config file."""
+
+    file: str
+    line: int | None
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where}: {self.path or '<root>'}: {self.reason}"
+
+
+class ConfigError(Exception):
+    def __init__(self, issues: list[ConfigIssue]) -> None:
+        super().__init__("\n".join(str(i) for i in issues))
+        self.issues = issues
+
+
+def expand_env(value: Any, environ: dict[str, str] | None = None, path: str = "") -> Any:
+    """Replace ``${NAME}`` and ``${NAME:-default}`` in every string; an unset name without default is an error."""
+    env = os.environ if environ is None else environ
+    if isinstance(value, str):
+
+        def sub(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            raise KeyError(f"{path}: environment variable {name} is not set")
+
+        return _ENV_REF.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: expand_env(v, env, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_env(v, env, f"{path}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def _line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """Find the YAML line of a pydantic error location, walking the composed node tree."""
+    node = root
+    line = node.start_mark.line + 1 if node is not None else None
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if k.value == str(key):
+                    node, line = v, k.start_mark.line + 1
+                    break
+            else:
+                return line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def parse_config(text: str, file: str = "<config>", environ: dict[str, str] | None = None) -> Config:
+    try:
+        raw = yaml.safe_load(text)
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        raise ConfigError([ConfigIssue(file, line, "", f"not valid YAML: {exc}")]) from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError([ConfigIssue(file, 1, "", "the top level must be a mapping")])
+    try:
+        raw = expand_env(raw, environ)
+    except KeyError as exc:
+        path, _, reason = str(exc.args[0]).partition(": ")
+        loc = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\[\]]+", path) if p)
+        raise ConfigError([ConfigIssue(file, _line_of(root, loc), path, reason)]) from None
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        issues = []
+        for err in exc.errors():
+            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+            path = ".".join(str(p) for p in loc)
+            reason = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                reason = "unknown key"
+            issues.append(ConfigIssue(file, _line_of(root, loc), path, reason))
+        raise ConfigError(issues) from None
+
+
+def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = None) -> Config:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([ConfigIssue(str(p), None, "", f"cannot read: {exc.strerror}")]) from None
+    return parse_config(text, str(p), environ)

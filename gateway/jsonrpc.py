@@ -1,0 +1,135 @@
+"""JSON-RPC 2.0 framing: parsing, validation, error objects and message builders (orjson).
+
+Messages stay plain dicts on purpose: the gateway forwards far more than it interprets, and a dict
+round-trips unknown fields (extensions ride on them) without a schema in the way.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+JSONRPC = "2.0"
+
+# Standard codes.
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+# MCP codes.
+REQUEST_CANCELLED = -32800
+RESOURCE_NOT_FOUND = -32002
+# Gateway codes, in the implementation-defined server-error range (-32000..-32099).
+BACKEND_UNAVAILABLE = -32090
+BACKEND_TIMEOUT = -32091
+NAME_NOT_ROUTABLE = -32092
+CAPABILITY_DENIED = -32093
+SESSION_OVERLOADED = -32094
+PAYLOAD_TOO_LARGE = -32095
+
+
+class RpcError(Exception):
+    """A JSON-RPC error to send back to whoever asked."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def to_error(self) -> dict[str, Any]:
+        err: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            err["data"] = self.data
+        return err
+
+    @classmethod
+    def from_error(cls, error: dict[str, Any]) -> RpcError:
+        return cls(int(error.get("code", INTERNAL_ERROR)), str(error.get("message", "")), error.get("data"))
+
+
+class Shape(StrEnum):
+    REQUEST = "request"
+    NOTIFICATION = "notification"
+    RESPONSE = "response"
+    ERROR = "error"
+
+
+def dumps(message: Any) -> bytes:
+    return orjson.dumps(message)
+
+
+def loads(data: bytes | str) -> Any:
+    """Parse JSON; raises RpcError(-32700) on malformed input."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise RpcError(PARSE_ERROR, f"Parse error: {exc}") from None
+
+
+def valid_id(value: Any) -> bool:
+    # JSON-RPC ids are strings, numbers or null; booleans are numbers to Python, not to JSON-RPC.
+    return value is None or (isinstance(value, (str, int, float)) and not isinstance(value, bool))
+
+
+def classify(message: Any) -> Shape:
+    """Validate one JSON-RPC message and say what it is; raises RpcError(-32600) if it is none."""
+    if not isinstance(message, dict):
+        raise RpcError(INVALID_REQUEST, "Invalid Request: a JSON-RPC message must be an object")
+    if message.get("jsonrpc") != JSONRPC:
+        raise RpcError(INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"')
+    method = message.get("method")
+    if method is not None:
+        if not isinstance(method, str) or not method:
+            raise RpcError(INVALID_REQUEST, 'Invalid Request: "method" must be a non-empty string')
+        params = message.get("params")
+        if params is not None and not isinstance(params, (dict, list)):
+            raise RpcError(INVALID_REQUEST, 'Invalid Request: "params" must be an object or array')
+        if "id" not in message:
+            return Shape.NOTIFICATION
+        if message["id"] is None or not valid_id(message["id"]):
+            raise RpcError(INVALID_REQUEST, 'Invalid Request: "id" must be a string or number')
+        return Shape.REQUEST
+    if "id" not in message or not valid_id(message["id"]):
+        raise RpcError(INVALID_REQUEST, "Invalid Request: neither a request, a notification nor a response")
+    if "result" in message and "error" not in message:
+        return Shape.RESPONSE
+    if "error" in message and "result" not in message and isinstance(message["error"], dict):
+        return Shape.ERROR
+    raise RpcError(INVALID_REQUEST, 'Invalid Request: a response carries exactly one of "result" or "error"')
+
+
+def request(rpc_id: Any, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    msg: dict[str, Any] = {"jsonrpc": JSONRPC, "id": rpc_id, "method": method}
+    if params is not None:
+        msg["params"] = params
+    return msg
+
+
+def notification(method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    msg: dict[str, Any] = {"jsonrpc": JSONRPC, "method": method}
+    if params is not None:
+        msg["params"] = params
+    return msg
+
+
+def result(rpc_id: Any, value: Any) -> dict[str, Any]:
+    return {"jsonrpc": JSONRPC, "id": rpc_id, "result": value}
+
+
+def error(rpc_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    err: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        err["data"] = data
+    return {"jsonrpc": JSONRPC, "id": rpc_id, "error": err}
+
+
+def error_from(rpc_id: Any, exc: RpcError) -> dict[str, Any]:
+    return {"jsonrpc": JSONRPC, "id": rpc_id, "error": exc.to_error()}
+
+
+def is_response(message: dict[str, Any]) -> bool:
+    return "method" not in message and ("result" in message or "error" in message)

@@ -1,0 +1,57 @@
+"""Prometheus metrics, in a registry per gateway instance (tests run several side by side)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "switchboard_requests_total",
+            "Client requests handled, by method, backend and outcome.",
+            ["method", "backend", "outcome"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "switchboard_request_duration_seconds",
+            "Time from a client request's arrival to its answer.",
+            ["method", "backend"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.sessions = Gauge("switchboard_active_sessions", "Client sessions alive.", ["transport"], registry=r)
+        self.backend_up = Gauge(
+            "switchboard_backend_up",
+            "1 if the backend is connected and initialized.",
+            ["backend"],
+            registry=r,
+        )
+        self.backend_restarts = Counter(
+            "switchboard_backend_restarts_total",
+            "Times a backend connection was re-established.",
+            ["backend"],
+            registry=r,
+        )
+        self.backend_inflight = Gauge(
+            "switchboard_backend_inflight", "Requests waiting on a backend.", ["backend"], registry=r
+        )
+        self.dropped_clients = Counter(
+            "switchboard_slow_clients_dropped_total",
+            "Streams closed because the client could not keep up.",
+            ["transport"],
+            registry=r,
+        )
+        self.name_collisions = Gauge(
+            "switchboard_name_collisions",
+            "Names withheld because several backends offer them.",
+            ["view", "kind"],
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

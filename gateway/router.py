@@ -1,0 +1,639 @@
+"""Who gets each message: client requests to backends, backend messages to the right client.
+
+The router never decides *whether* something may pass (that is ``policies/``) and never knows a
+dialect's quirks (that is ``adapters/``). It owns the mapping between a client's names, ids and
+tokens and the backends', in both directions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import adapters
+from adapters import mcp as mcp_adapter
+from gateway import jsonrpc
+from gateway.channels import Channel
+from gateway.events import Event
+from gateway.federation import (
+    CAPABILITY_OF,
+    LIST_METHODS,
+    ListKind,
+    Merged,
+    View,
+    rewrite_result,
+)
+from gateway.sessions import ClientSession, Outgoing, level_rank
+from gateway.upstreams.connection import BackendConnection
+
+if TYPE_CHECKING:
+    from gateway.core import Gateway
+
+log = logging.getLogger(__name__)
+
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+_LIST_CHANGED: dict[ListKind, str] = {
+    "tools": "notifications/tools/list_changed",
+    "prompts": "notifications/prompts/list_changed",
+    "resources": "notifications/resources/list_changed",
+    "resourceTemplates": "notifications/resources/list_changed",
+}
+_KINDS_OF_CHANGE: dict[str, tuple[ListKind, ...]] = {
+    "notifications/tools/list_changed": ("tools",),
+    "notifications/prompts/list_changed": ("prompts",),
+    "notifications/resources/list_changed": ("resources", "resourceTemplates"),
+}
+# Which client capability a backend's request to the client needs.
+_CLIENT_CAPABILITY = {
+    "sampling/createMessage": "sampling",
+    "elicitation/create": "elicitation",
+    "roots/list": "roots",
+}
+_KNOWN_METHODS = frozenset(
+    {
+        "initialize",
+        "ping",
+        "logging/setLevel",
+        "tools/list",
+        "tools/call",
+        "prompts/list",
+        "prompts/get",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "completion/complete",
+    }
+)
+# How long the first requests after start wait for a backend that is still connecting.
+_STARTUP_GRACE_S = 5.0
+
+Handler = Callable[["Router", ClientSession, Event, Channel], Awaitable[dict[str, Any]]]
+
+
+class CallSink:
+    """Delivers the messages related to one forwarded call to the stream that carries the call."""
+
+    __slots__ = ("channel", "session", "session_id")
+
+    def __init__(self, session: ClientSession, channel: Channel) -> None:
+        self.session = session
+        self.session_id = session.id
+        self.channel = channel
+
+    def deliver(self, message: dict[str, Any]) -> None:
+        if message.get("method") == "notifications/message":
+            params = message.get("params")
+            if isinstance(params, dict) and not self.session.wants_log(params.get("level")):
+                return
+        if not self.channel.push(message) and not self.channel.overflowed:
+            # The call's stream is finished; anything late belongs on the session's own stream.
+            self.session.standalone.push(message)
+
+
+def _encode_cursor(offset: int) -> str:
+    return base64.urlsafe_b64encode(f"sb1:{offset}".encode()).decode()
+
+
+def _decode_cursor(cursor: Any) -> int:
+    if cursor is None:
+        return 0
+    try:
+        text = base64.urlsafe_b64decode(str(cursor).encode()).decode()
+        tag, _, offset = text.partition(":")
+        if tag == "sb1" and offset.isdigit():
+            return int(offset)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        pass
+    raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "Invalid cursor")
+
+
+class Router:
+    def __init__(self, gateway: Gateway) -> None:
+        self._gw = gateway
+        self._limits = gateway.config.limits
+        # (backend, uri) -> ids of sessions subscribed to it, so each backend sees one subscription.
+        self._subscriptions: dict[tuple[str, str], set[str]] = {}
+        self._backend_levels: dict[str, str] = {}
+        self._handlers: dict[str, Handler] = {
+            "initialize": Router._initialize,
+            "ping": Router._ping,
+            "logging/setLevel": Router._set_level,
+            "tools/list": Router._list,
+            "prompts/list": Router._list,
+            "resources/list": Router._list,
+            "resources/templates/list": Router._list,
+            "tools/call": Router._named_call,
+            "prompts/get": Router._named_call,
+            "resources/read": Router._uri_call,
+            "resources/subscribe": Router._subscribe,
+            "resources/unsubscribe": Router._unsubscribe,
+            "completion/complete": Router._complete,
+        }
+
+    # ================================================================================ client side
+
+    async def handle(
+        self, session: ClientSession, message: dict[str, Any], shape: jsonrpc.Shape, channel: Channel
+    ) -> dict[str, Any] | None:
+        """Handle one message from a client; return the response for a request, else None."""
+        session.touch()
+        if shape in (jsonrpc.Shape.RESPONSE, jsonrpc.Shape.ERROR):
+            self._client_response(session, message)
+            return None
+        event = adapters.annotate(
+            mcp_adapter.decode(message, shape, session=session.id, principal=session.principal.name)
+        )
+        decision = self._gw.chain.decide(event, session.principal)
+        if not decision.allowed:
+            self._gw.metrics.requests.labels(self._metric_method(event.method), "gateway", "denied").inc()
+            if shape is jsonrpc.Shape.NOTIFICATION:
+                log.info("dropped notification %s: %s", event.method, decision.reason)
+                return None
+            return jsonrpc.error(event.rpc_id, decision.code, decision.reason, decision.data)
+        if shape is jsonrpc.Shape.NOTIFICATION:
+            await self._client_notification(session, event)
+            return None
+        if not session.initialized and session.protocol_version is None and event.method not in ("initialize", "ping"):
+            return jsonrpc.error(event.rpc_id, jsonrpc.INVALID_REQUEST, "Session not initialized")
+        handler = self._handlers.get(event.method or "", Router._passthrough)
+        started = time.perf_counter()
+        backend = "gateway"
+        try:
+            response = await handler(self, session, event, channel)
+            backend = response.pop("_sb_backend", "gateway") if isinstance(response, dict) else "gateway"
+            outcome = "error" if "error" in response else "ok"
+        except jsonrpc.RpcError as exc:
+            response = jsonrpc.error_from(event.rpc_id, exc)
+            outcome = {
+                jsonrpc.BACKEND_UNAVAILABLE: "unavailable",
+                jsonrpc.BACKEND_TIMEOUT: "timeout",
+            }.get(exc.code, "error")
+        method_label = self._metric_method(event.method)
+        self._gw.metrics.requests.labels(method_label, backend, outcome).inc()
+        self._gw.metrics.latency.labels(method_label, backend).observe(time.perf_counter() - started)
+        return response
+
+    @staticmethod
+    def _metric_method(method: str | None) -> str:
+        return method if method in _KNOWN_METHODS else "other"
+
+    # ---- local answers -----------------------------------------------------------------------
+
+    async def _initialize(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
+        if session.protocol_version is not None:
+            raise jsonrpc.RpcError(jsonrpc.INVALID_REQUEST, "Session already initialized")
+        params = event.params
+        version = mcp_adapter.negotiate_version(params.get("protocolVersion"))
+        session.protocol_version = version
+        info = params.get("clientInfo")
+        caps = params.get("capabilities")
+        session.client_info = info if isinstance(info, dict) else {}
+        session.client_capabilities = caps if isinstance(caps, dict) else {}
+        session.dialects = adapters.detect_dialects(params)
+        await self._await_startup(session.view)
+        result = self._gw.server_identity(session.view)
+        result["protocolVersion"] = version
+        return jsonrpc.result(event.rpc_id, result)
+
+    async def _ping(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
+        return jsonrpc.result(event.rpc_id, {})
+
+    async def _set_level(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
+        level = event.params.get("level")
+        if level not in LOG_LEVELS:
+            raise jsonrpc.RpcError(
+                jsonrpc.INVALID_PARAMS, f"Invalid log level {level!r}; one of {', '.join(LOG_LEVELS)}"
+            )
+        session.log_level = level
+        await self._sync_backend_levels(session.view.backends)
+        return jsonrpc.result(event.rpc_id, {})
+
+    async def _sync_backend_levels(self, backends: tuple[str, ...]) -> None:
+        """A backend shared by many sessions logs at the most verbose level any of them asked for;
+        each session then sees only what its own level admits."""
+        updates = []
+        for name in backends:
+            conn = self._gw.connections[name]
+            if not conn.state == "ready" or "logging" not in conn.capabilities:
+                continue
+            levels = [s.log_level for s in self._gw.sessions if s.log_level and name in s.view.backends]
+            if not levels:
+                continue
+            wanted = min(levels, key=level_rank)
+            if self._backend_levels.get(name) != wanted:
+                self._backend_levels[name] = wanted
+                updates.append(conn.request("logging/setLevel", {"level": wanted}, timeout=10.0))
+        for outcome in await asyncio.gather(*updates, return_exceptions=True):
+            if isinstance(outcome, Exception):
+                log.info("logging/setLevel toward a backend failed: %s", outcome)
+
+    # ---- lists -------------------------------------------------------------------------------
+
+    async def _list(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
+        kind = LIST_METHODS[event.method or ""]
+        offset = _decode_cursor(event.params.get("cursor"))
+        merged = await self.merged(session.view, kind)
+        principal = session.principal
+        items = merged.items
+        if not principal.capabilities.everything:
+            items = [i for i in items if self._gw.chain.visible(self._item_action(kind, i), principal)]
+        size = self._gw.config.federation.page_size
+        page = items[offset : offset + size]
+        result: dict[str, Any] = {kind: page}
+        if offset + size < len(items):
+            result["nextCursor"] = _encode_cursor(offset + size)
+        return jsonrpc.result(event.rpc_id, result)
+
+    @staticmethod
+    def _item_action(kind: ListKind, item: dict[str, Any]) -> str:
+        if kind == "tools":
+            return f"mcp/request:tools/call:{item['name']}"
+        if kind == "prompts":
+            return f"mcp/request:prompts/get:{item['name']}"
+        if kind == "resources":
+            return f"mcp/request:resources/read:{item['uri']}"
+        return f"mcp/request:resources/read:{item['uriTemplate']}"
+
+    async def merged(self, view: View, kind: ListKind) -> Merged:
+        await self._await_startup(view)
+        names = [
+            name
+            for name in view.backends
+            if self._gw.connections[name].state == "ready"
+            and CAPABILITY_OF[kind] in self._gw.connections[name].capabilities
+        ]
+
+        async def one(name: str) -> list[dict[str, Any]]:
+            conn = self._gw.connections[name]
+
+            async def fetch(method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+                response = await conn.request(method, params)
+                if "error" in response:
+                    raise jsonrpc.RpcError.from_error(response["error"])
+                result = response.get("result")
+                return result if isinstance(result, dict) else {}
+
+            return await self._gw.catalogs[name].get(kind, fetch)
+
+        outcomes = await asyncio.gather(*(one(n) for n in names), return_exceptions=True)
+        per_backend: list[tuple[str, list[dict[str, Any]]]] = []
+        for name, outcome in zip(names, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                log.warning("backend %s: listing %s failed: %s", name, kind, outcome)
+                continue
+            per_backend.append((name, outcome))
+        merged = view.merge(kind, per_backend)
+        self._gw.metrics.name_collisions.labels(view.name, kind).set(len(merged.collisions))
+        return merged
+
+    async def _await_startup(self, view: View) -> None:
+        """Right after start, give backends that never connected yet a moment before answering."""
+        waits = [
+            conn.wait_ready(min(_STARTUP_GRACE_S, conn.config.connect_timeout_s))
+            for conn in (self._gw.connections[n] for n in view.backends)
+            if conn.state == "connecting" and conn.connected_at is None and conn.restarts == 0
+        ]
+        if waits:
+            await asyncio.gather(*waits)
+
+    # ---- routed calls ------------------------------------------------------------------------
+
+    async def _resolve_name(self, view: View, kind: ListKind, exposed: Any) -> tuple[str, str]:
+        if not isinstance(exposed, str) or not exposed:
+            raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "params.name must be a non-empty string")
+        found = view.namer.name_in(exposed)
+        if found is not None:
+            return found
+        merged = view.merged.get(kind)
+        if merged is None or exposed not in merged.index:
+            merged = await self.merged(view, kind)
+        if exposed in merged.collisions:
+            raise jsonrpc.RpcError(
+                jsonrpc.NAME_NOT_ROUTABLE,
+                f"{exposed!r} is offered by several backends ({', '.join(merged.collisions[exposed])}); "
+                "set federation.prefix to 'conditional' or 'always'",
+            )
+        hit = merged.index.get(exposed)
+        if hit is None:
+            label = "tool" if kind == "tools" else "prompt"
+            raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, f"Unknown {label}: {exposed}")
+        return hit
+
+    async def _resolve_uri(self, view: View, exposed: Any) -> tuple[str, str]:
+        if not isinstance(exposed, str) or not exposed:
+            raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "params.uri must be a non-empty string")
+        found = view.namer.uri_in(exposed)
+        if found is not None:
+            return found
+        if view.namer.prefixed:
+            raise jsonrpc.RpcError(jsonrpc.RESOURCE_NOT_FOUND, "Resource not found", {"uri": exposed})
+        resources = await self.merged(view, "resources")
+        hit = resources.index.get(exposed)
+        if hit is not None:
+            return hit
+        # Never-prefixed federation: a URI from a template belongs to the backend whose template's
+        # literal head it starts with (longest head wins).
+        templates = await self.merged(view, "resourceTemplates")
+        best: tuple[int, tuple[str, str]] | None = None
+        for template, (backend, _original) in templates.index.items():
+            head = template.split("{", 1)[0]
+            if head and exposed.startswith(head) and (best is None or len(head) > best[0]):
+                best = (len(head), (backend, exposed))
+        if best is None:
+            raise jsonrpc.RpcError(jsonrpc.RESOURCE_NOT_FOUND, "Resource not found", {"uri": exposed})
+        return best[1]
+
+    async def _named_call(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
+        kind: ListKind = "tools" if event.method == "tools/call" else "prompts"
+        backend, original = await self._resolve_name(session.view, kind, event.params.get("name"))
+        return await self._forward(session, event, backend, {**event.params, "name": original}, channel)
+
+    async def _uri_call(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
+        backend, original = await self._resolve_uri(session.view, event.params.get("uri"))
+        return await self._forward(session, event, backend, {**event.params, "uri": original}, channel)
+
+    async def _complete(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
+        ref = event.params.get("ref")
+        if not isinstance(ref, dict):
+            raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "params.ref must be an object")
+        if ref.get("type") == "ref/prompt":
+            backend, original = await self._resolve_name(session.view, "prompts", ref.get("name"))
+            new_ref = {**ref, "name": original}
+        elif ref.get("type") == "ref/resource":
+            backend, original = await self._resolve_uri(session.view, ref.get("uri"))
+            new_ref = {**ref, "uri": original}
+        else:
+            raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, f"Unknown ref type {ref.get('type')!r}")
+        return await self._forward(session, event, backend, {**event.params, "ref": new_ref}, channel)
+
+    async def _subscribe(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
+        exposed = event.params.get("uri")
+        backend, original = await self._resolve_uri(session.view, exposed)
+        key = (backend, original)
+        holders = self._subscriptions.get(key)
+        if holders:
+            holders.add(session.id)
+            session.subscriptions.add(key)
+            return jsonrpc.result(event.rpc_id, {})
+        response = await self._forward(session, event, backend, {**event.params, "uri": original}, channel)
+        if "result" in response:
+            self._subscriptions.setdefault(key, set()).add(session.id)
+            session.subscriptions.add(key)
+        return response
+
+    async def _unsubscribe(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
+        backend, original = await self._resolve_uri(session.view, event.params.get("uri"))
+        key = (backend, original)
+        session.subscriptions.discard(key)
+        holders = self._subscriptions.get(key, set())
+        holders.discard(session.id)
+        if holders:
+            return jsonrpc.result(event.rpc_id, {})
+        self._subscriptions.pop(key, None)
+        return await self._forward(session, event, backend, {**event.params, "uri": original}, channel)
+
+    async def _passthrough(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
+        """A method the gateway does not interpret goes, untouched, to the one backend that can take it."""
+        backends = session.view.backends
+        if len(backends) != 1:
+            raise jsonrpc.RpcError(
+                jsonrpc.METHOD_NOT_FOUND,
+                f"Method not found: {event.method} (not routable across {len(backends)} backends; "
+                "use /servers/NAME/mcp to reach one backend directly)",
+            )
+        params = event.payload.get("params")
+        return await self._forward(session, event, backends[0], params if isinstance(params, dict) else None, channel)
+
+    async def _forward(
+        self,
+        session: ClientSession,
+        event: Event,
+        backend: str,
+        params: dict[str, Any] | None,
+        channel: Channel,
+    ) -> dict[str, Any]:
+        conn = self._gw.connections[backend]
+        if conn.state != "ready" and not await conn.wait_ready(0 if conn.connected_at else _STARTUP_GRACE_S):
+            raise jsonrpc.RpcError(
+                jsonrpc.BACKEND_UNAVAILABLE,
+                f"backend {backend} is unavailable: {conn.last_error or conn.state}",
+            )
+        if len(session.inflight) >= self._limits.max_inflight_per_session:
+            raise jsonrpc.RpcError(
+                jsonrpc.SESSION_OVERLOADED,
+                f"too many requests in flight on this session (limit {self._limits.max_inflight_per_session})",
+            )
+        method = event.method or ""
+        pending = conn.begin(method, params, CallSink(session, channel))
+        client_id = event.rpc_id
+        session.inflight[client_id] = (conn, pending)
+        try:
+            response = await conn.call(pending)
+        finally:
+            if session.inflight.get(client_id, (None, None))[1] is pending:
+                del session.inflight[client_id]
+        if "result" in response:
+            out = jsonrpc.result(client_id, rewrite_result(session.view.namer, backend, method, response["result"]))
+        else:
+            error = response.get("error")
+            out = {"jsonrpc": "2.0", "id": client_id, "error": error if isinstance(error, dict) else {}}
+        out["_sb_backend"] = backend
+        return out
+
+    # ---- client notifications and responses --------------------------------------------------
+
+    async def _client_notification(self, session: ClientSession, event: Event) -> None:
+        method = event.method
+        params = event.params
+        if method == "notifications/initialized":
+            session.initialized = True
+            return
+        if method == "notifications/cancelled":
+            entry = session.inflight.get(params.get("requestId"))
+            if entry is not None:
+                conn, pending = entry
+                reason = params.get("reason")
+                conn.cancel(pending, reason if isinstance(reason, str) else None)
+            return
+        if method == "notifications/progress":
+            return  # progress on a client's own work for a backend request: no backend tracks it
+        # Everything else (roots/list_changed, extension notifications) goes to every backend it may concern.
+        for name in session.view.backends:
+            conn = self._gw.connections[name]
+            if conn.state == "ready":
+                conn.spawn(conn.send(event.payload))
+
+    def _client_response(self, session: ClientSession, message: dict[str, Any]) -> None:
+        out = session.outgoing.pop(str(message.get("id")), None)
+        if out is None:
+            log.debug("session %s answered unknown request id %r", session.id[:8], message.get("id"))
+            return
+        if out.timer is not None:
+            out.timer.cancel()
+        reply = {k: v for k, v in message.items() if k != "id"}
+        reply["id"] = out.upstream_id
+        out.conn.spawn(out.conn.send(reply))
+
+    def session_ended(self, session: ClientSession) -> None:
+        for conn, pending in list(session.inflight.values()):
+            conn.cancel(pending, "client session ended")
+        session.inflight.clear()
+        for out in session.outgoing.values():
+            if out.timer is not None:
+                out.timer.cancel()
+            out.conn.spawn(
+                out.conn.send(jsonrpc.error(out.upstream_id, jsonrpc.INTERNAL_ERROR, "client session ended"))
+            )
+        session.outgoing.clear()
+        for key in session.subscriptions:
+            holders = self._subscriptions.get(key)
+            if holders is None:
+                continue
+            holders.discard(session.id)
+            if not holders:
+                del self._subscriptions[key]
+                conn = self._gw.connections[key[0]]
+                if conn.state == "ready":
+                    conn.spawn(conn.request("resources/unsubscribe", {"uri": key[1]}, timeout=10.0))
+
+    # =============================================================================== backend side
+
+    def _sessions_of(self, backend: str) -> list[ClientSession]:
+        return [s for s in self._gw.sessions if not s.closed and backend in s.view.backends]
+
+    def on_connected(self, conn: BackendConnection) -> None:
+        self._gw.catalogs[conn.name].invalidate()
+        self._gw.metrics.backend_up.labels(conn.name).set(1)
+        if conn.restarts:
+            self._gw.metrics.backend_restarts.labels(conn.name).inc()
+        self._backend_levels.pop(conn.name, None)
+        conn.spawn(self._sync_backend_levels((conn.name,)))
+        for backend, uri in list(self._subscriptions):
+            if backend == conn.name:
+                conn.spawn(conn.request("resources/subscribe", {"uri": uri}, timeout=10.0))
+        self._announce_list_changes(conn, initial=True)
+
+    def on_disconnected(self, conn: BackendConnection, reason: str) -> None:
+        self._gw.catalogs[conn.name].invalidate()
+        self._gw.metrics.backend_up.labels(conn.name).set(0)
+        for session in self._sessions_of(conn.name):
+            for gid, out in list(session.outgoing.items()):
+                if out.conn is conn:
+                    self._drop_outgoing(session, gid, notify_client=True, reason=f"backend went away: {reason}")
+        self._announce_list_changes(conn, initial=False)
+
+    def _announce_list_changes(self, conn: BackendConnection, initial: bool) -> None:
+        caps = conn.capabilities
+        methods = {
+            _LIST_CHANGED[k] for k in ("tools", "prompts", "resources") if CAPABILITY_OF[k] in caps or not initial
+        }
+        for session in self._sessions_of(conn.name):
+            if session.initialized:
+                for method in sorted(methods):
+                    session.standalone.push(jsonrpc.notification(method))
+
+    def on_server_request(self, conn: BackendConnection, message: dict[str, Any], owner: Any) -> None:
+        method = message.get("method", "")
+        upstream_id = message.get("id")
+        if method == "ping":
+            conn.spawn(conn.send(jsonrpc.result(upstream_id, {})))
+            return
+        session: ClientSession | None = None
+        channel: Channel | None = None
+        if isinstance(owner, CallSink) and not owner.session.closed:
+            session, channel = owner.session, owner.channel
+        else:
+            session, channel = self._attribute(conn, method)
+        needed = _CLIENT_CAPABILITY.get(method)
+        if session is None or channel is None:
+            self._refuse(conn, upstream_id, f"no client session is available to answer {method}")
+            return
+        if needed is not None and needed not in session.client_capabilities:
+            self._refuse(conn, upstream_id, f"the client did not declare the {needed!r} capability")
+            return
+        gid = session.next_outgoing_id()
+        out = Outgoing(conn, upstream_id, method)
+        out.timer = asyncio.get_running_loop().call_later(
+            self._limits.client_request_timeout_s,
+            self._drop_outgoing,
+            session,
+            gid,
+            True,
+            f"the client did not answer {method} within {self._limits.client_request_timeout_s:g}s",
+            True,
+        )
+        session.outgoing[gid] = out
+        forwarded = {**message, "id": gid}
+        if not (channel.push(forwarded) or session.standalone.push(forwarded)):
+            self._drop_outgoing(session, gid, False, "the client's stream is gone", True)
+
+    def _attribute(self, conn: BackendConnection, method: str) -> tuple[ClientSession | None, Channel | None]:
+        """A server request that arrived without relation to a call (stdio, WebSocket, legacy SSE):
+        the session with the newest call in flight on that backend gets it, else the most recently
+        active session that can answer it."""
+        owners = [o for o in conn.owners_inflight() if isinstance(o, CallSink) and not o.session.closed]
+        if owners:
+            newest = owners[-1]
+            return newest.session, newest.channel
+        needed = _CLIENT_CAPABILITY.get(method)
+        candidates = [s for s in self._sessions_of(conn.name) if needed is None or needed in s.client_capabilities]
+        if not candidates:
+            return None, None
+        best = max(candidates, key=lambda s: s.last_seen)
+        return best, best.standalone
+
+    def _refuse(self, conn: BackendConnection, upstream_id: Any, reason: str) -> None:
+        log.info("backend %s: refused a request to the client: %s", conn.name, reason)
+        conn.spawn(conn.send(jsonrpc.error(upstream_id, jsonrpc.METHOD_NOT_FOUND, reason)))
+
+    def _drop_outgoing(
+        self, session: ClientSession, gid: str, notify_client: bool, reason: str, answer_backend: bool = False
+    ) -> None:
+        out = session.outgoing.pop(gid, None)
+        if out is None:
+            return
+        if out.timer is not None:
+            out.timer.cancel()
+        if answer_backend:
+            out.conn.spawn(out.conn.send(jsonrpc.error(out.upstream_id, jsonrpc.INTERNAL_ERROR, reason)))
+        if notify_client:
+            session.standalone.push(
+                jsonrpc.notification("notifications/cancelled", {"requestId": gid, "reason": reason})
+            )
+
+    def on_notification(self, conn: BackendConnection, message: dict[str, Any]) -> None:
+        method = message.get("method", "")
+        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        kinds = _KINDS_OF_CHANGE.get(method)
+        if kinds is not None:
+            for kind in kinds:
+                self._gw.catalogs[conn.name].invalidate(kind)
+            for session in self._sessions_of(conn.name):
+                session.standalone.push(message)
+            return
+        if method == "notifications/resources/updated":
+            uri = params.get("uri")
+            for sid in self._subscriptions.get((conn.name, uri), ()):
+                session = self._gw.sessions.get(sid)
+                if session is not None:
+                    exposed = session.view.namer.uri_out(conn.name, uri)
+                    session.standalone.push({**message, "params": {**params, "uri": exposed}})
+            return
+        if method == "notifications/cancelled":
+            upstream_id = params.get("requestId")
+            for session in self._sessions_of(conn.name):
+                for gid, out in list(session.outgoing.items()):
+                    if out.conn is conn and out.upstream_id == upstream_id:
+                        self._drop_outgoing(session, gid, True, str(params.get("reason") or "cancelled by the server"))
+            return
+        for session in self._sessions_of(conn.name):
+            if method == "notifications/message" and not session.wants_log(params.get("level")):
+                continue
+            session.standalone.push(message)

@@ -1,0 +1,174 @@
+"""Client sessions: what the gateway remembers about each client between its messages."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gateway.channels import Channel
+from gateway.config import Limits
+from gateway.events import Dialect
+from policies.principal import Principal
+
+if TYPE_CHECKING:
+    from gateway.federation import View
+    from gateway.upstreams.connection import BackendConnection, Pending
+
+log = logging.getLogger(__name__)
+
+_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+_MAX_KEPT_STREAMS = 64
+
+
+def level_rank(level: str | None) -> int:
+    try:
+        return _LEVELS.index(level) if level else 0
+    except ValueError:
+        return 0
+
+
+@dataclass(slots=True, eq=False)
+class Outgoing:
+    """A backend's request to this client (sampling, elicitation, roots) awaiting the client's answer."""
+
+    conn: BackendConnection
+    upstream_id: Any
+    method: str
+    timer: asyncio.TimerHandle | None = None
+
+
+class ClientSession:
+    def __init__(self, session_id: str, transport: str, view: View, principal: Principal, limits: Limits) -> None:
+        self.id = session_id
+        self.transport = transport
+        self.view = view
+        self.principal = principal
+        self.limits = limits
+        self.protocol_version: str | None = None
+        self.client_info: dict[str, Any] = {}
+        self.client_capabilities: dict[str, Any] = {}
+        self.dialects: frozenset[Dialect] = frozenset({Dialect.MCP})
+        self.initialized = False
+        self.log_level: str | None = None
+        self.created = self.last_seen = time.monotonic()
+        self.inflight: dict[Any, tuple[BackendConnection, Pending]] = {}
+        self.outgoing: dict[str, Outgoing] = {}
+        self.subscriptions: set[str] = set()
+        self.closed = False
+        self._short = session_id[:8]
+        self._stream_ids = itertools.count(1)
+        self._out_ids = itertools.count(1)
+        self.standalone = Channel(f"{self._short}-0", limits.session_queue, limits.sse_replay_events)
+        self.streams: OrderedDict[str, Channel] = OrderedDict()
+        self._on_close: list[Callable[[ClientSession], None]] = []
+
+    def touch(self) -> None:
+        self.last_seen = time.monotonic()
+
+    def new_stream(self) -> Channel:
+        channel = Channel(
+            f"{self._short}-{next(self._stream_ids)}",
+            self.limits.session_queue,
+            self.limits.sse_replay_events,
+        )
+        self.streams[channel.id] = channel
+        # Finished streams are kept a while for Last-Event-ID replay; the oldest go first.
+        while len(self.streams) > _MAX_KEPT_STREAMS:
+            oldest_id, oldest = next(iter(self.streams.items()))
+            if not oldest.closed:
+                break
+            del self.streams[oldest_id]
+        return channel
+
+    def find_stream(self, channel_id: str) -> Channel | None:
+        if channel_id == self.standalone.id:
+            return self.standalone
+        return self.streams.get(channel_id)
+
+    def next_outgoing_id(self) -> str:
+        return f"sb-{self._short}-{next(self._out_ids)}"
+
+    def wants_log(self, level: Any) -> bool:
+        return self.log_level is None or level_rank(level if isinstance(level, str) else None) >= level_rank(
+            self.log_level
+        )
+
+    def on_close(self, callback: Callable[[ClientSession], None]) -> None:
+        self._on_close.append(callback)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.standalone.close()
+        for channel in self.streams.values():
+            channel.close()
+        for callback in self._on_close:
+            try:
+                callback(self)
+            except Exception:
+                log.exception("session %s close hook failed", self._short)
+
+
+class SessionStore:
+    """Sessions of this replica, with an idle reaper. Ids are 192 bits from the OS CSPRNG."""
+
+    def __init__(self, limits: Limits, on_end: Callable[[ClientSession], None]) -> None:
+        self._limits = limits
+        self._sessions: dict[str, ClientSession] = {}
+        self._on_end = on_end
+        self._reaper: asyncio.Task[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def __iter__(self) -> Any:
+        return iter(list(self._sessions.values()))
+
+    def full(self) -> bool:
+        return len(self._sessions) >= self._limits.max_sessions
+
+    def create(self, transport: str, view: View, principal: Principal) -> ClientSession:
+        session = ClientSession(secrets.token_urlsafe(24), transport, view, principal, self._limits)
+        self._sessions[session.id] = session
+        return session
+
+    def get(self, session_id: str) -> ClientSession | None:
+        session = self._sessions.get(session_id)
+        if session is not None:
+            session.touch()
+        return session
+
+    def end(self, session: ClientSession) -> None:
+        if self._sessions.pop(session.id, None) is not None:
+            session.close()
+            self._on_end(session)
+
+    def start(self) -> None:
+        self._reaper = asyncio.create_task(self._reap(), name="session-reaper")
+
+    async def _reap(self) -> None:
+        interval = min(30.0, self._limits.session_idle_s / 2)
+        while True:
+            await asyncio.sleep(interval)
+            cutoff = time.monotonic() - self._limits.session_idle_s
+            for session in list(self._sessions.values()):
+                if session.last_seen < cutoff and not session.inflight and not session.standalone.attached:
+                    log.info("session %s ended after %.0fs idle", session.id[:8], self._limits.session_idle_s)
+                    self.end(session)
+
+    async def stop(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        for session in list(self._sessions.values()):
+            self.end(session)

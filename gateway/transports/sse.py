@@ -1,0 +1,181 @@
+"""Legacy HTTP+SSE front door (2024-11-05): ``GET /sse`` opens the stream, ``POST /messages`` feeds it.
+
+The first event names the POST endpoint (``event: endpoint``); every answer and server message then
+flows on the one SSE stream. Both ``session_id`` and ``sessionId`` query names are accepted, as
+real peers use both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
+
+from gateway import jsonrpc, sse
+from gateway.channels import ChannelOverflow
+from gateway.transports.http_common import (
+    BodyTooLarge,
+    ClientGone,
+    OriginGuard,
+    Receive,
+    Scope,
+    Send,
+    accepts,
+    header,
+    read_body,
+    send_bytes,
+    send_rpc_error,
+)
+
+if TYPE_CHECKING:
+    from gateway.core import Gateway
+    from gateway.federation import View
+    from gateway.sessions import ClientSession
+
+log = logging.getLogger(__name__)
+
+TRANSPORT = "sse"
+
+
+class LegacySseDoor:
+    """Serves both the stream (GET) and the message endpoint (POST) of one view."""
+
+    def __init__(
+        self, gateway: Gateway, view_of: Callable[[Scope], View | None], messages_path: Callable[[Scope], str]
+    ):
+        self._gw = gateway
+        self._view_of = view_of
+        self._messages_path = messages_path
+        self._guard = OriginGuard(gateway.config)
+        self._limits = gateway.config.limits
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def stream(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refused = self._guard.check(scope)
+        if refused is not None:
+            await send_rpc_error(send, refused[0], jsonrpc.INVALID_REQUEST, refused[1])
+            return
+        view = self._view_of(scope)
+        if view is None:
+            await send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "No such server")
+            return
+        if scope["method"] != "GET":
+            await send_rpc_error(send, 405, jsonrpc.INVALID_REQUEST, "Method Not Allowed", extra=[("allow", "GET")])
+            return
+        if not accepts(scope, "text/event-stream"):
+            await send_rpc_error(send, 406, jsonrpc.INVALID_REQUEST, "Accept must list text/event-stream")
+            return
+        if self._gw.sessions.full():
+            await send_rpc_error(send, 503, jsonrpc.INTERNAL_ERROR, "Too many sessions")
+            return
+        session = self._gw.open_session(TRANSPORT, view, scope)
+        channel = session.standalone
+        channel.attached = True
+        endpoint = f"{scope.get('root_path', '')}{self._messages_path(scope)}?session_id={session.id}"
+        gone = asyncio.create_task(_wait_disconnect(receive))
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [
+                        (b"content-type", b"text/event-stream"),
+                        (b"cache-control", b"no-cache, no-transform"),
+                        (b"x-accel-buffering", b"no"),
+                    ],
+                }
+            )
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": sse.encode(endpoint, event="endpoint"),
+                    "more_body": True,
+                }
+            )
+            after = 0
+            while True:
+                reader = asyncio.ensure_future(channel.read(after))
+                done, _ = await asyncio.wait(
+                    {reader, gone}, timeout=self._limits.sse_keepalive_s, return_when=asyncio.FIRST_COMPLETED
+                )
+                if reader not in done:
+                    reader.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, ChannelOverflow):
+                        await reader
+                    if gone in done:
+                        break
+                    await send({"type": "http.response.body", "body": sse.KEEPALIVE, "more_body": True})
+                    continue
+                batch = reader.result()
+                if not batch:
+                    break
+                after = batch[-1][0]
+                body = b"".join(sse.encode(jsonrpc.dumps(m), event="message") for _, m in batch)
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+        except ChannelOverflow:
+            self._gw.metrics.dropped_clients.labels(TRANSPORT).inc()
+            log.warning("SSE session %s dropped: the client fell too far behind", session.id[:8])
+        except OSError:
+            pass
+        finally:
+            gone.cancel()
+            channel.attached = False
+            self._gw.sessions.end(session)
+
+    async def messages(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refused = self._guard.check(scope)
+        if refused is not None:
+            await send_rpc_error(send, refused[0], jsonrpc.INVALID_REQUEST, refused[1])
+            return
+        if scope["method"] != "POST":
+            await send_rpc_error(send, 405, jsonrpc.INVALID_REQUEST, "Method Not Allowed", extra=[("allow", "POST")])
+            return
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        session_id = (query.get("session_id") or query.get("sessionId") or [None])[0]
+        if not session_id:
+            await send_rpc_error(send, 400, jsonrpc.INVALID_REQUEST, "session_id is required")
+            return
+        session = self._gw.sessions.get(session_id)
+        if session is None or session.transport != TRANSPORT or session.view is not self._view_of(scope):
+            await send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "Session not found")
+            return
+        try:
+            body = await read_body(receive, self._limits.max_body_bytes, header(scope, b"content-length"))
+        except BodyTooLarge:
+            await send_rpc_error(
+                send, 413, jsonrpc.INVALID_REQUEST, f"Body exceeds {self._limits.max_body_bytes} bytes"
+            )
+            return
+        except ClientGone:
+            return
+        try:
+            message = jsonrpc.loads(body)
+            shape = jsonrpc.classify(message)
+        except jsonrpc.RpcError as exc:
+            # The error also goes on the stream, where a legacy client looks for answers.
+            session.standalone.push(jsonrpc.error_from(None, exc))
+            await send_rpc_error(send, 400, exc.code, exc.message)
+            return
+        await send_bytes(send, 202, b"Accepted", content_type="text/plain")
+        task = asyncio.create_task(self._handle(session, message, shape))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, session: ClientSession, message: dict[str, Any], shape: jsonrpc.Shape) -> None:
+        try:
+            response = await self._gw.router.handle(session, message, shape, session.standalone)
+        except Exception:
+            log.exception("request %s failed inside the gateway", message.get("method"))
+            response = jsonrpc.error(message.get("id"), jsonrpc.INTERNAL_ERROR, "Internal error in the gateway")
+        if response is not None:
+            session.standalone.push(response)
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return

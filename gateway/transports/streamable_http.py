@@ -1,0 +1,344 @@
+"""Streamable HTTP front door (MCP legacy era, 2025-03-26 … 2025-11-25): POST, GET and DELETE on one URL.
+
+Written as a raw ASGI app: the decision between a plain JSON answer and an SSE stream is made
+*after* the call started. A call that produces nothing but its result is answered as JSON (cheap);
+the first progress, log or server-to-client request switches the answer to SSE at once, so nothing
+is ever buffered until the end. Every SSE event carries ``<stream>-<seq>`` as its id, so a client
+can resume any stream with ``GET`` + ``Last-Event-ID``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from gateway import jsonrpc, sse
+from gateway.channels import Channel, ChannelOverflow
+from gateway.transports.http_common import (
+    BodyTooLarge,
+    ClientGone,
+    OriginGuard,
+    Receive,
+    Scope,
+    Send,
+    accepts,
+    header,
+    read_body,
+    send_bytes,
+    send_rpc_error,
+)
+
+if TYPE_CHECKING:
+    from gateway.core import Gateway
+    from gateway.federation import View
+    from gateway.sessions import ClientSession
+
+log = logging.getLogger(__name__)
+
+TRANSPORT = "streamable_http"
+# Versions that understand an SSE event with an empty data field (the priming event of SEP-1699).
+_PRIMING_FROM = "2025-11-25"
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache, no-transform"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+class StreamableHttpDoor:
+    def __init__(self, gateway: Gateway, view_of: Callable[[Scope], View | None]) -> None:
+        self._gw = gateway
+        self._view_of = view_of
+        self._guard = OriginGuard(gateway.config)
+        self._limits = gateway.config.limits
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        refused = self._guard.check(scope)
+        if refused is not None:
+            await send_rpc_error(send, refused[0], jsonrpc.INVALID_REQUEST, refused[1])
+            return
+        view = self._view_of(scope)
+        if view is None:
+            await send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "No such server")
+            return
+        method = scope["method"]
+        if method == "POST":
+            await self._post(scope, receive, send, view)
+        elif method == "GET":
+            await self._get(scope, receive, send, view)
+        elif method == "DELETE":
+            await self._delete(scope, send, view)
+        else:
+            await send_rpc_error(
+                send,
+                405,
+                jsonrpc.INVALID_REQUEST,
+                "Method Not Allowed",
+                extra=[("allow", "GET, POST, DELETE")],
+            )
+
+    # ---- helpers -----------------------------------------------------------------------------
+
+    async def _session(self, scope: Scope, send: Send, view: View) -> ClientSession | None:
+        session_id = header(scope, b"mcp-session-id")
+        if not session_id:
+            await send_rpc_error(send, 400, jsonrpc.INVALID_REQUEST, "Bad Request: Mcp-Session-Id header is required")
+            return None
+        session = self._gw.sessions.get(session_id)
+        if session is None or session.view is not view or session.transport != TRANSPORT:
+            await send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "Session not found")
+            return None
+        version = header(scope, b"mcp-protocol-version")
+        if version is not None and version != session.protocol_version and version not in self._gw.legacy_versions:
+            await send_rpc_error(send, 400, jsonrpc.INVALID_REQUEST, f"Unsupported MCP-Protocol-Version: {version}")
+            return None
+        return session
+
+    # ---- POST --------------------------------------------------------------------------------
+
+    async def _post(self, scope: Scope, receive: Receive, send: Send, view: View) -> None:
+        ctype = (header(scope, b"content-type") or "").split(";")[0].strip().lower()
+        if ctype != "application/json":
+            await send_rpc_error(send, 415, jsonrpc.INVALID_REQUEST, "Content-Type must be application/json")
+            return
+        if not accepts(scope, "application/json", "text/event-stream"):
+            await send_rpc_error(
+                send, 406, jsonrpc.INVALID_REQUEST, "Accept must list application/json and text/event-stream"
+            )
+            return
+        try:
+            body = await read_body(receive, self._limits.max_body_bytes, header(scope, b"content-length"))
+        except BodyTooLarge:
+            await send_rpc_error(
+                send,
+                413,
+                jsonrpc.INVALID_REQUEST,
+                f"Request body exceeds {self._limits.max_body_bytes} bytes",
+            )
+            return
+        except ClientGone:
+            return
+        try:
+            message = jsonrpc.loads(body)
+        except jsonrpc.RpcError as exc:
+            await send_rpc_error(send, 400, exc.code, exc.message)
+            return
+        if isinstance(message, list):
+            await self._batch(scope, send, view, message)
+            return
+        try:
+            shape = jsonrpc.classify(message)
+        except jsonrpc.RpcError as exc:
+            rpc_id = message.get("id") if isinstance(message, dict) else None
+            await send_rpc_error(send, 400, exc.code, exc.message, rpc_id if jsonrpc.valid_id(rpc_id) else None)
+            return
+        extra: list[tuple[str, str]] = []
+        if shape is jsonrpc.Shape.REQUEST and message["method"] == "initialize":
+            if header(scope, b"mcp-session-id"):
+                await send_rpc_error(
+                    send,
+                    400,
+                    jsonrpc.INVALID_REQUEST,
+                    "initialize must not carry a session id",
+                    message["id"],
+                )
+                return
+            if self._gw.sessions.full():
+                await send_rpc_error(send, 503, jsonrpc.INTERNAL_ERROR, "Too many sessions", message["id"])
+                return
+            session = self._gw.open_session(TRANSPORT, view, scope)
+            extra.append(("mcp-session-id", session.id))
+        else:
+            found = await self._session(scope, send, view)
+            if found is None:
+                return
+            session = found
+        if shape is not jsonrpc.Shape.REQUEST:
+            await self._gw.router.handle(session, message, shape, session.standalone)
+            await send_bytes(send, 202, b"")
+            return
+        await self._request(scope, receive, send, session, message, extra)
+
+    async def _batch(self, scope: Scope, send: Send, view: View, batch: list[Any]) -> None:
+        """JSON-RPC batches (allowed by 2025-03-26 only): answered together as one JSON array."""
+        if not batch:
+            await send_rpc_error(send, 400, jsonrpc.INVALID_REQUEST, "Invalid Request: empty batch")
+            return
+        session = await self._session(scope, send, view)
+        if session is None:
+            return
+
+        async def one(item: Any) -> dict[str, Any] | None:
+            try:
+                shape = jsonrpc.classify(item)
+            except jsonrpc.RpcError as exc:
+                return jsonrpc.error_from(None, exc)
+            if shape is jsonrpc.Shape.REQUEST and item["method"] == "initialize":
+                return jsonrpc.error(item["id"], jsonrpc.INVALID_REQUEST, "initialize cannot be batched")
+            return await self._gw.router.handle(session, item, shape, session.standalone)
+
+        answers = [a for a in await asyncio.gather(*(one(i) for i in batch)) if a is not None]
+        if answers:
+            await send_bytes(send, 200, jsonrpc.dumps(answers))
+        else:
+            await send_bytes(send, 202, b"")
+
+    async def _request(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        session: ClientSession,
+        message: dict[str, Any],
+        extra: list[tuple[str, str]],
+    ) -> None:
+        channel = session.new_stream()
+        channel.attached = True
+        call = asyncio.create_task(self._run(session, message, channel))
+        gone = asyncio.create_task(_wait_disconnect(receive))
+        try:
+            first = await _next_batch(channel, 0, gone)
+            if first is None:
+                return  # the client left before anything happened; the call goes on for a resume
+            final = channel.closed and len(first) == 1 and jsonrpc.is_response(first[0][1])
+            if final:
+                await send_bytes(send, 200, jsonrpc.dumps(first[0][1]), extra=extra)
+                return
+            await send({"type": "http.response.start", "status": 200, "headers": _sse_headers(extra)})
+            if (session.protocol_version or "") >= _PRIMING_FROM:
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": sse.encode(b"", id=f"{channel.id}-0"),
+                        "more_body": True,
+                    }
+                )
+            await self._stream(send, channel, 0, first, gone)
+        finally:
+            channel.attached = False
+            gone.cancel()
+            if call.done() and not call.cancelled() and call.exception() is not None:
+                log.error("call failed", exc_info=call.exception())
+
+    async def _run(self, session: ClientSession, message: dict[str, Any], channel: Channel) -> None:
+        try:
+            response = await self._gw.router.handle(session, message, jsonrpc.Shape.REQUEST, channel)
+        except Exception:
+            log.exception("request %s failed inside the gateway", message.get("method"))
+            response = jsonrpc.error(message.get("id"), jsonrpc.INTERNAL_ERROR, "Internal error in the gateway")
+        if response is not None:
+            channel.push(response)
+        channel.close()
+
+    async def _stream(
+        self,
+        send: Send,
+        channel: Channel,
+        after: int,
+        batch: list[tuple[int, dict[str, Any]]] | None,
+        gone: asyncio.Task[None],
+    ) -> None:
+        """Write events after ``after`` until the channel ends, the client leaves or falls too far behind."""
+        try:
+            while True:
+                if batch is None:
+                    batch = await _next_batch(channel, after, gone, keepalive=self._limits.sse_keepalive_s)
+                    if batch is None:
+                        return
+                if not batch:
+                    if channel.closed:
+                        break
+                    await send({"type": "http.response.body", "body": sse.KEEPALIVE, "more_body": True})
+                else:
+                    chunk = b"".join(sse.encode(jsonrpc.dumps(m), id=f"{channel.id}-{seq}") for seq, m in batch)
+                    after = batch[-1][0]
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                batch = None
+        except ChannelOverflow:
+            self._gw.metrics.dropped_clients.labels(TRANSPORT).inc()
+            log.warning(
+                "stream %s closed: the client fell more than %d messages behind",
+                channel.id,
+                self._limits.session_queue,
+            )
+        except OSError:
+            return
+        with contextlib.suppress(OSError):
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    # ---- GET ---------------------------------------------------------------------------------
+
+    async def _get(self, scope: Scope, receive: Receive, send: Send, view: View) -> None:
+        if not accepts(scope, "text/event-stream"):
+            await send_rpc_error(send, 406, jsonrpc.INVALID_REQUEST, "Accept must list text/event-stream")
+            return
+        session = await self._session(scope, send, view)
+        if session is None:
+            return
+        last_event_id = header(scope, b"last-event-id")
+        if last_event_id:
+            stream_id, _, seq_text = last_event_id.rpartition("-")
+            channel = session.find_stream(stream_id)
+            if channel is None or not seq_text.isdigit() or not channel.can_resume(int(seq_text)):
+                await send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "Cannot resume: unknown or expired event id")
+                return
+            after = int(seq_text)
+        else:
+            channel, after = session.standalone, session.standalone.last_seq
+        if channel.attached:
+            await send_rpc_error(send, 409, jsonrpc.INVALID_REQUEST, "Conflict: this stream already has a reader")
+            return
+        channel.attached = True
+        gone = asyncio.create_task(_wait_disconnect(receive))
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": _sse_headers([])})
+            if not last_event_id and (session.protocol_version or "") >= _PRIMING_FROM:
+                prime = sse.encode(b"", id=f"{channel.id}-{after}")
+                await send({"type": "http.response.body", "body": prime, "more_body": True})
+            else:
+                await send({"type": "http.response.body", "body": sse.KEEPALIVE, "more_body": True})
+            await self._stream(send, channel, after, None, gone)
+        finally:
+            channel.attached = False
+            gone.cancel()
+
+    # ---- DELETE ------------------------------------------------------------------------------
+
+    async def _delete(self, scope: Scope, send: Send, view: View) -> None:
+        session = await self._session(scope, send, view)
+        if session is None:
+            return
+        self._gw.sessions.end(session)
+        await send_bytes(send, 200, b"")
+
+
+def _sse_headers(extra: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return _SSE_HEADERS + [(k.encode(), v.encode()) for k, v in extra]
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _next_batch(
+    channel: Channel, after: int, gone: asyncio.Task[None], keepalive: float | None = None
+) -> list[tuple[int, dict[str, Any]]] | None:
+    """The next messages, [] on keep-alive timeout or channel end, None if the client left."""
+    reader = asyncio.ensure_future(channel.read(after))
+    done, _ = await asyncio.wait({reader, gone}, timeout=keepalive, return_when=asyncio.FIRST_COMPLETED)
+    if reader in done:
+        return reader.result()
+    reader.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await reader
+    if gone in done:
+        return None
+    return []

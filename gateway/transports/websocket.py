@@ -1,0 +1,119 @@
+"""MCP over WebSocket (subprotocol ``mcp``): one JSON-RPC message per text frame, one session per socket."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from gateway import jsonrpc
+from gateway.channels import ChannelOverflow
+from gateway.transports.http_common import OriginGuard
+
+if TYPE_CHECKING:
+    from gateway.core import Gateway
+    from gateway.federation import View
+    from gateway.sessions import ClientSession
+
+log = logging.getLogger(__name__)
+
+TRANSPORT = "ws"
+_POLICY_VIOLATION = 1008
+_TOO_BIG = 1009
+_TRY_AGAIN_LATER = 1013
+
+
+class WebSocketDoor:
+    def __init__(self, gateway: Gateway, view_of: Callable[[dict[str, Any]], View | None]) -> None:
+        self._gw = gateway
+        self._view_of = view_of
+        self._guard = OriginGuard(gateway.config)
+        self._limits = gateway.config.limits
+
+    async def __call__(self, ws: WebSocket) -> None:
+        refused = self._guard.check(ws.scope)
+        view = self._view_of(ws.scope)
+        if refused is not None or view is None:
+            await ws.close(code=_POLICY_VIOLATION, reason=refused[1] if refused else "No such server")
+            return
+        if self._gw.sessions.full():
+            await ws.close(code=_TRY_AGAIN_LATER, reason="Too many sessions")
+            return
+        offered = ws.scope.get("subprotocols") or []
+        await ws.accept(subprotocol="mcp" if "mcp" in offered else None)
+        session = self._gw.open_session(TRANSPORT, view, ws.scope)
+        session.standalone.attached = True
+        writer = asyncio.create_task(self._write(ws, session))
+        tasks: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                frame = await ws.receive()
+                if frame["type"] == "websocket.disconnect":
+                    break
+                data = frame.get("text")
+                if data is None:
+                    data = frame.get("bytes") or b""
+                if len(data) > self._limits.max_message_bytes:
+                    await ws.close(code=_TOO_BIG, reason=f"message exceeds {self._limits.max_message_bytes} bytes")
+                    break
+                if writer.done():
+                    break
+                task = asyncio.create_task(self._handle(session, data))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+        except WebSocketDisconnect:
+            pass
+        finally:
+            for task in tasks:
+                task.cancel()
+            self._gw.sessions.end(session)
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await writer
+
+    async def _handle(self, session: ClientSession, data: str | bytes) -> None:
+        try:
+            message = jsonrpc.loads(data)
+        except jsonrpc.RpcError as exc:
+            session.standalone.push(jsonrpc.error_from(None, exc))
+            return
+        messages = message if isinstance(message, list) else [message]
+        if not messages:
+            session.standalone.push(jsonrpc.error(None, jsonrpc.INVALID_REQUEST, "Invalid Request: empty batch"))
+            return
+        for item in messages:
+            try:
+                shape = jsonrpc.classify(item)
+            except jsonrpc.RpcError as exc:
+                rpc_id = item.get("id") if isinstance(item, dict) else None
+                session.standalone.push(jsonrpc.error_from(rpc_id if jsonrpc.valid_id(rpc_id) else None, exc))
+                continue
+            try:
+                response = await self._gw.router.handle(session, item, shape, session.standalone)
+            except Exception:
+                log.exception("request %s failed inside the gateway", item.get("method"))
+                response = jsonrpc.error(item.get("id"), jsonrpc.INTERNAL_ERROR, "Internal error in the gateway")
+            if response is not None:
+                session.standalone.push(response)
+
+    async def _write(self, ws: WebSocket, session: ClientSession) -> None:
+        after = 0
+        try:
+            while True:
+                batch = await session.standalone.read(after)
+                if not batch:
+                    return
+                for seq, message in batch:
+                    await ws.send_text(jsonrpc.dumps(message).decode())
+                    after = seq
+        except ChannelOverflow:
+            self._gw.metrics.dropped_clients.labels(TRANSPORT).inc()
+            log.warning("WebSocket session %s dropped: the client fell too far behind", session.id[:8])
+            with contextlib.suppress(Exception):
+                await ws.close(code=_TRY_AGAIN_LATER, reason="client too slow")
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            return

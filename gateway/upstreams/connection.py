@@ -1,0 +1,351 @@
+"""One supervised MCP connection to one backend, shared by every client session that uses it.
+
+Many clients share a connection, so everything that names a request is remapped here: the gateway
+allocates its own request ids and progress tokens upstream and keeps, per pending call, who asked
+(:class:`CallOwner`) and what they called it. A backend that dies fails its in-flight calls at once
+and is reconnected (or respawned) with exponential backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from gateway import jsonrpc
+from gateway.config import Backend as BackendConfig
+from gateway.upstreams.base import Carrier, CarrierClosed
+
+log = logging.getLogger(__name__)
+
+LEGACY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+LATEST_LEGACY = LEGACY_VERSIONS[-1]
+# What the gateway offers backends as a client: it relays all of these to its own clients.
+GATEWAY_CLIENT_CAPABILITIES: dict[str, Any] = {
+    "roots": {"listChanged": True},
+    "sampling": {},
+    "elicitation": {"form": {}, "url": {}},
+}
+# Notifications that concern every session of the backend even when they arrive on a call's stream.
+_GLOBAL_NOTIFICATIONS = frozenset(
+    {
+        "notifications/tools/list_changed",
+        "notifications/prompts/list_changed",
+        "notifications/resources/list_changed",
+        "notifications/resources/updated",
+        "notifications/cancelled",
+    }
+)
+_STABLE_AFTER_S = 10.0
+_MISSING: Any = object()
+
+State = Literal["connecting", "ready", "down", "closed"]
+
+
+class CallOwner(Protocol):
+    """Where the messages related to one forwarded call go (the calling client's stream)."""
+
+    session_id: str
+
+    def deliver(self, message: dict[str, Any]) -> None: ...
+
+
+class ConnectionHandler(Protocol):
+    def on_connected(self, conn: BackendConnection) -> None: ...
+    def on_disconnected(self, conn: BackendConnection, reason: str) -> None: ...
+    def on_server_request(self, conn: BackendConnection, message: dict[str, Any], owner: CallOwner | None) -> None: ...
+    def on_notification(self, conn: BackendConnection, message: dict[str, Any]) -> None: ...
+
+
+@dataclass(slots=True, eq=False)
+class Pending:
+    upstream_id: int
+    message: dict[str, Any]
+    future: asyncio.Future[dict[str, Any]]
+    owner: CallOwner | None
+    client_token: Any = _MISSING
+    started: float = field(default_factory=time.monotonic)
+
+
+class BackendConnection:
+    def __init__(
+        self,
+        name: str,
+        config: BackendConfig,
+        carrier_factory: Callable[[], Carrier],
+        handler: ConnectionHandler,
+        client_info: dict[str, Any],
+    ) -> None:
+        self.name = name
+        self.config = config
+        self._factory = carrier_factory
+        self._handler = handler
+        self._client_info = client_info
+        self._carrier: Carrier | None = None
+        self._pending: dict[Any, Pending] = {}
+        self._ids = itertools.count(1)
+        self._ready = asyncio.Event()
+        self._supervisor: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+        self._closing = False
+        self.state: State = "connecting"
+        self.last_error: str | None = None
+        self.init_result: dict[str, Any] = {}
+        self.restarts = 0
+        self.connected_at: float | None = None
+
+    # ---- facts about the backend -------------------------------------------------------------
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        caps = self.init_result.get("capabilities")
+        return caps if isinstance(caps, dict) else {}
+
+    @property
+    def server_info(self) -> dict[str, Any]:
+        info = self.init_result.get("serverInfo")
+        return info if isinstance(info, dict) else {}
+
+    @property
+    def protocol_version(self) -> str | None:
+        return self.init_result.get("protocolVersion")
+
+    @property
+    def inflight(self) -> int:
+        return len(self._pending)
+
+    def owners_inflight(self) -> list[CallOwner]:
+        """Owners of calls in flight, oldest first (used to attribute unrelated server requests)."""
+        return [p.owner for p in self._pending.values() if p.owner is not None]
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._supervisor = asyncio.create_task(self._supervise(), name=f"backend-{self.name}")
+
+    async def wait_ready(self, timeout: float) -> bool:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._ready.wait(), timeout)
+        return self._ready.is_set()
+
+    async def close(self) -> None:
+        self._closing = True
+        self.state = "closed"
+        self._ready.clear()
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._supervisor
+        for task in list(self._background):
+            task.cancel()
+        if self._carrier is not None:
+            await self._carrier.close()
+        self._fail_all("gateway is shutting down")
+
+    async def _supervise(self) -> None:
+        backoff = self.config.restart.initial_backoff_s
+        while not self._closing:
+            carrier = self._factory()
+            self._carrier = carrier
+            self.state = "connecting"
+            try:
+                await asyncio.wait_for(self._connect(carrier), self.config.connect_timeout_s)
+            except asyncio.CancelledError:
+                await carrier.close()
+                raise
+            except Exception as exc:
+                reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                await self._went_down(carrier, f"connect failed: {reason}")
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.config.restart.max_backoff_s)
+                continue
+            self.state = "ready"
+            self.last_error = None
+            self.connected_at = time.monotonic()
+            self._ready.set()
+            log.info("backend %s ready (%s, protocol %s)", self.name, carrier.describe(), self.protocol_version)
+            self._handler.on_connected(self)
+            reason = await carrier.wait_closed()
+            if self._closing:
+                return
+            stayed = time.monotonic() - (self.connected_at or 0)
+            await self._went_down(carrier, reason)
+            self.restarts += 1
+            if stayed >= _STABLE_AFTER_S:
+                backoff = self.config.restart.initial_backoff_s
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, self.config.restart.max_backoff_s)
+
+    async def _went_down(self, carrier: Carrier, reason: str) -> None:
+        was_ready = self._ready.is_set()
+        self._ready.clear()
+        self.state = "down"
+        self.last_error = reason
+        self._fail_all(f"backend {self.name} is unavailable: {reason}")
+        await carrier.close()
+        log.warning("backend %s down: %s", self.name, reason)
+        if was_ready:
+            self._handler.on_disconnected(self, reason)
+
+    async def _connect(self, carrier: Carrier) -> None:
+        await carrier.open(self._inbound)
+        params = {
+            "protocolVersion": LATEST_LEGACY,
+            "capabilities": GATEWAY_CLIENT_CAPABILITIES,
+            "clientInfo": self._client_info,
+        }
+        response = await self._roundtrip(self.begin("initialize", params, None), self.config.connect_timeout_s)
+        if "error" in response:
+            raise ConnectionError(f"initialize refused: {response['error'].get('message')}")
+        result = response.get("result")
+        if not isinstance(result, dict) or not isinstance(result.get("protocolVersion"), str):
+            raise ConnectionError("initialize result lacks protocolVersion")
+        if result["protocolVersion"] not in LEGACY_VERSIONS:
+            log.warning("backend %s answered protocol %s; continuing", self.name, result["protocolVersion"])
+        self.init_result = result
+        await carrier.send(jsonrpc.notification("notifications/initialized"))
+        await carrier.ready()
+
+    def _fail_all(self, reason: str) -> None:
+        pending, self._pending = self._pending, {}
+        for p in pending.values():
+            if not p.future.done():
+                p.future.set_result(jsonrpc.error(p.upstream_id, jsonrpc.BACKEND_UNAVAILABLE, reason))
+
+    # ---- outbound ----------------------------------------------------------------------------
+
+    def begin(self, method: str, params: dict[str, Any] | None, owner: CallOwner | None) -> Pending:
+        """Allocate an upstream id (and progress token) for a request; it is sent by :meth:`call`."""
+        upstream_id = next(self._ids)
+        client_token = _MISSING
+        if params is not None:
+            meta = params.get("_meta")
+            if isinstance(meta, dict) and "progressToken" in meta:
+                client_token = meta["progressToken"]
+                # Clients choose tokens independently; the upstream id is unique on this connection.
+                params = {**params, "_meta": {**meta, "progressToken": upstream_id}}
+        message = jsonrpc.request(upstream_id, method, params)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        pending = Pending(upstream_id, message, future, owner, client_token)
+        self._pending[upstream_id] = pending
+        return pending
+
+    async def call(self, pending: Pending, timeout: float | None = None) -> dict[str, Any]:
+        """Send a begun request and wait for its response message (result or error, never raises for those)."""
+        if not self._ready.is_set():
+            self._pending.pop(pending.upstream_id, None)
+            raise jsonrpc.RpcError(
+                jsonrpc.BACKEND_UNAVAILABLE,
+                f"backend {self.name} is unavailable: {self.last_error or self.state}",
+            )
+        return await self._roundtrip(pending, timeout or self.config.timeout_s)
+
+    async def _roundtrip(self, pending: Pending, timeout: float) -> dict[str, Any]:
+        carrier = self._carrier
+        try:
+            async with asyncio.timeout(timeout):
+                if carrier is None:
+                    raise CarrierClosed("not connected")
+                await carrier.send(pending.message)
+                return await pending.future
+        except TimeoutError:
+            self._abandon(pending, "timed out in the gateway")
+            raise jsonrpc.RpcError(
+                jsonrpc.BACKEND_TIMEOUT, f"backend {self.name} did not answer within {timeout:g}s"
+            ) from None
+        except CarrierClosed as exc:
+            self._pending.pop(pending.upstream_id, None)
+            raise jsonrpc.RpcError(jsonrpc.BACKEND_UNAVAILABLE, f"backend {self.name} is unavailable: {exc}") from None
+        except asyncio.CancelledError:
+            self._abandon(pending, "cancelled by the client")
+            raise
+
+    def _abandon(self, pending: Pending, reason: str) -> None:
+        if self._pending.pop(pending.upstream_id, None) is not None and self._ready.is_set():
+            self.spawn(self.notify("notifications/cancelled", {"requestId": pending.upstream_id, "reason": reason}))
+
+    def cancel(self, pending: Pending, reason: str | None) -> None:
+        """A client cancelled: tell the backend and end the wait with -32800."""
+        params: dict[str, Any] = {"requestId": pending.upstream_id}
+        if reason:
+            params["reason"] = reason
+        if self._pending.pop(pending.upstream_id, None) is not None:
+            self.spawn(self.notify("notifications/cancelled", params))
+        if not pending.future.done():
+            pending.future.set_result(
+                jsonrpc.error(pending.upstream_id, jsonrpc.REQUEST_CANCELLED, "Request cancelled")
+            )
+
+    async def request(
+        self,
+        method: str,
+        params: dict[str, Any] | None,
+        owner: CallOwner | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        return await self.call(self.begin(method, params, owner), timeout)
+
+    async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
+        await self.send(jsonrpc.notification(method, params))
+
+    async def send(self, message: dict[str, Any]) -> None:
+        """Send a notification or a response to a server request; losing it to a dead backend is logged."""
+        carrier = self._carrier
+        if carrier is None or not self._ready.is_set():
+            log.info("backend %s unavailable; dropped %s", self.name, message.get("method", "a response"))
+            return
+        try:
+            await carrier.send(message)
+        except CarrierClosed as exc:
+            log.info("backend %s: could not send %s: %s", self.name, message.get("method", "a response"), exc)
+
+    def spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # ---- inbound -----------------------------------------------------------------------------
+
+    def _inbound(self, message: dict[str, Any], related: Any) -> None:
+        method = message.get("method")
+        if method is None:
+            rpc_id = message.get("id")
+            pending = self._pending.pop(rpc_id, None)
+            if pending is None and isinstance(rpc_id, str) and rpc_id.isdigit():
+                pending = self._pending.pop(int(rpc_id), None)  # a backend that stringified our id
+            if pending is not None and not pending.future.done():
+                pending.future.set_result(message)
+            elif pending is None:
+                log.debug("backend %s answered unknown id %r", self.name, rpc_id)
+            return
+        owner = self._owner_of(related)
+        if "id" in message:
+            self._handler.on_server_request(self, message, owner)
+            return
+        if method == "notifications/progress":
+            self._progress(message)
+            return
+        if owner is not None and method not in _GLOBAL_NOTIFICATIONS:
+            owner.deliver(message)
+            return
+        self._handler.on_notification(self, message)
+
+    def _owner_of(self, related: Any) -> CallOwner | None:
+        if related is None:
+            return None
+        pending = self._pending.get(related)
+        return pending.owner if pending is not None else None
+
+    def _progress(self, message: dict[str, Any]) -> None:
+        params = message.get("params")
+        if not isinstance(params, dict):
+            return
+        pending = self._pending.get(params.get("progressToken"))
+        if pending is None or pending.owner is None or pending.client_token is _MISSING:
+            return  # progress for a call that ended, or one the gateway made itself
+        pending.owner.deliver({**message, "params": {**params, "progressToken": pending.client_token}})

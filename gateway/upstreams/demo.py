@@ -1,0 +1,218 @@
+"""The built-in demo backend: a small, honest MCP server living in the gateway's process.
+
+It exists so that ``switchboard run`` with no config shows every feature at once: tools with plain
+and structured results, progress and log notifications during a call, a resource and a prompt.
+It speaks JSON-RPC dicts, exactly like a real backend, through :class:`BuiltinCarrier`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from gateway import jsonrpc
+from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
+
+SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+TOOLS: list[dict[str, Any]] = [
+    {
+        "name": "echo",
+        "title": "Echo",
+        "description": "Return the given text unchanged.",
+        "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+    },
+    {
+        "name": "add",
+        "title": "Add",
+        "description": "Add two numbers.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+            "required": ["a", "b"],
+        },
+        "outputSchema": {"type": "object", "properties": {"sum": {"type": "number"}}, "required": ["sum"]},
+    },
+    {
+        "name": "slow_count",
+        "title": "Slow count",
+        "description": "Count to n, one step every delay_s seconds, reporting progress and logging each step.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "n": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 5},
+                "delay_s": {"type": "number", "minimum": 0, "maximum": 10, "default": 0.2},
+            },
+        },
+    },
+]
+README_URI = "demo://readme"
+README_TEXT = "Switchboard demo backend. Try tools/call echo, add and slow_count."
+PROMPTS: list[dict[str, Any]] = [
+    {
+        "name": "greet",
+        "description": "A greeting for someone.",
+        "arguments": [{"name": "name", "description": "Who to greet", "required": True}],
+    }
+]
+
+Emit = Callable[[dict[str, Any], Any], None]
+
+
+class DemoServer:
+    def __init__(self) -> None:
+        self._level = "info"
+
+    async def handle(self, message: dict[str, Any], emit: Emit) -> dict[str, Any] | None:
+        method = message.get("method")
+        rpc_id = message.get("id")
+        params = message.get("params") or {}
+        try:
+            match method:
+                case "initialize":
+                    requested = params.get("protocolVersion")
+                    version = requested if requested in SUPPORTED_VERSIONS else SUPPORTED_VERSIONS[-1]
+                    value: Any = {
+                        "protocolVersion": version,
+                        "capabilities": {"tools": {}, "resources": {}, "prompts": {}, "logging": {}},
+                        "serverInfo": {"name": "switchboard-demo", "version": "1.0.0"},
+                        "instructions": "A demo backend built into Switchboard.",
+                    }
+                case "ping":
+                    value = {}
+                case "logging/setLevel":
+                    level = params.get("level")
+                    if level not in _LEVELS:
+                        raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, f"unknown log level {level!r}")
+                    self._level = level
+                    value = {}
+                case "tools/list":
+                    value = {"tools": TOOLS}
+                case "tools/call":
+                    value = await self._call(rpc_id, params, emit)
+                case "resources/list":
+                    value = {"resources": [{"uri": README_URI, "name": "readme", "mimeType": "text/plain"}]}
+                case "resources/templates/list":
+                    value = {"resourceTemplates": []}
+                case "resources/read":
+                    if params.get("uri") != README_URI:
+                        raise jsonrpc.RpcError(
+                            jsonrpc.RESOURCE_NOT_FOUND, "Resource not found", {"uri": params.get("uri")}
+                        )
+                    value = {"contents": [{"uri": README_URI, "mimeType": "text/plain", "text": README_TEXT}]}
+                case "prompts/list":
+                    value = {"prompts": PROMPTS}
+                case "prompts/get":
+                    if params.get("name") != "greet":
+                        raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, f"unknown prompt {params.get('name')!r}")
+                    who = (params.get("arguments") or {}).get("name", "there")
+                    value = {
+                        "description": "A greeting",
+                        "messages": [{"role": "user", "content": {"type": "text", "text": f"Say hello to {who}."}}],
+                    }
+                case _:
+                    if rpc_id is None:
+                        return None
+                    raise jsonrpc.RpcError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}")
+        except jsonrpc.RpcError as exc:
+            return jsonrpc.error_from(rpc_id, exc)
+        return None if rpc_id is None else jsonrpc.result(rpc_id, value)
+
+    async def _call(self, rpc_id: Any, params: dict[str, Any], emit: Emit) -> dict[str, Any]:
+        name = params.get("name")
+        args = params.get("arguments") or {}
+        if name == "echo":
+            text = args.get("text")
+            if not isinstance(text, str):
+                return _tool_error("echo needs a string argument 'text'")
+            return {"content": [{"type": "text", "text": text}]}
+        if name == "add":
+            a, b = args.get("a"), args.get("b")
+            if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b)):
+                return _tool_error("add needs numbers 'a' and 'b'")
+            total = a + b
+            return {"content": [{"type": "text", "text": str(total)}], "structuredContent": {"sum": total}}
+        if name == "slow_count":
+            n = int(args.get("n", 5))
+            delay = float(args.get("delay_s", 0.2))
+            if not 1 <= n <= 1000 or not 0 <= delay <= 10:
+                return _tool_error("slow_count needs 1 <= n <= 1000 and 0 <= delay_s <= 10")
+            token = (params.get("_meta") or {}).get("progressToken")
+            for i in range(1, n + 1):
+                await asyncio.sleep(delay)
+                if _LEVELS.index(self._level) <= _LEVELS.index("info"):
+                    emit(
+                        jsonrpc.notification(
+                            "notifications/message",
+                            {"level": "info", "logger": "demo", "data": f"count {i}/{n}"},
+                        ),
+                        rpc_id,
+                    )
+                if token is not None:
+                    emit(
+                        jsonrpc.notification(
+                            "notifications/progress",
+                            {"progressToken": token, "progress": i, "total": n, "message": f"step {i}"},
+                        ),
+                        rpc_id,
+                    )
+            return {"content": [{"type": "text", "text": f"counted to {n}"}]}
+        raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, f"Unknown tool: {name}")
+
+
+def _tool_error(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+class BuiltinCarrier(Carrier):
+    """Connects the gateway to an in-process server with the same message contract as a real carrier."""
+
+    def __init__(self, name: str, server: DemoServer) -> None:
+        self._name = name
+        self._server = server
+        self._inbound: Inbound | None = None
+        self._tasks: dict[Any, asyncio.Task[None]] = {}
+        self._closed = asyncio.Event()
+
+    def describe(self) -> str:
+        return f"builtin:{self._name}"
+
+    async def open(self, inbound: Inbound) -> None:
+        self._inbound = inbound
+        self._closed.clear()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if self._inbound is None or self._closed.is_set():
+            raise CarrierClosed("closed")
+        if message.get("method") == "notifications/cancelled":
+            task = self._tasks.get((message.get("params") or {}).get("requestId"))
+            if task is not None:
+                task.cancel()
+            return
+        if "method" not in message:
+            return  # the demo never asks the client anything, so responses have no one to reach
+        rpc_id = message.get("id")
+        task = asyncio.create_task(self._run(message))
+        if rpc_id is not None:
+            self._tasks[rpc_id] = task
+            task.add_done_callback(lambda _t, k=rpc_id: self._tasks.pop(k, None))
+
+    async def _run(self, message: dict[str, Any]) -> None:
+        assert self._inbound
+        inbound = self._inbound
+        with contextlib.suppress(asyncio.CancelledError):
+            reply = await self._server.handle(message, inbound)
+            if reply is not None:
+                inbound(reply, message.get("id"))
+
+    async def wait_closed(self) -> str:
+        await self._closed.wait()
+        return "closed"
+
+    async def close(self) -> None:
+        for task in list(self._tasks.values()):
+            task.cancel()
+        self._closed.set()

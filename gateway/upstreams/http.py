@@ -1,0 +1,264 @@
+"""A backend spoken to over Streamable HTTP (legacy era: sessions, POST + optional GET stream)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import httpx
+import orjson
+
+from gateway import jsonrpc
+from gateway.sse import SSEParser
+from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
+
+log = logging.getLogger(__name__)
+
+_RESUME_ATTEMPTS = 5
+_GET_BACKOFF_MAX_S = 30.0
+
+
+def make_http_client(timeout_s: float, headers: dict[str, str]) -> httpx.AsyncClient:
+    # read=None: an SSE stream may legitimately stay quiet for long; the connection enforces the
+    # per-request deadline instead.
+    return httpx.AsyncClient(
+        headers=headers,
+        timeout=httpx.Timeout(connect=10.0, read=None, write=30.0, pool=30.0),
+        limits=httpx.Limits(max_connections=512, max_keepalive_connections=256, keepalive_expiry=30.0),
+        follow_redirects=False,
+    )
+
+
+class HttpCarrier(Carrier):
+    def __init__(self, name: str, url: str, headers: dict[str, str], max_message_bytes: int) -> None:
+        self._name = name
+        self._url = url
+        self._base_headers = {
+            **headers,
+            "accept": "application/json, text/event-stream",
+            "content-type": "application/json",
+        }
+        self._max = max_message_bytes
+        self._client: httpx.AsyncClient | None = None
+        self._inbound: Inbound | None = None
+        self._session_id: str | None = None
+        self._protocol_version: str | None = None
+        self._closed = asyncio.Event()
+        self._reason = "closed"
+        self._get_task: asyncio.Task[None] | None = None
+
+    def describe(self) -> str:
+        return f"http:{self._url}"
+
+    async def open(self, inbound: Inbound) -> None:
+        self._inbound = inbound
+        self._client = make_http_client(30.0, self._base_headers)
+
+    def _headers(self) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        if self._session_id:
+            headers["mcp-session-id"] = self._session_id
+        if self._protocol_version:
+            headers["mcp-protocol-version"] = self._protocol_version
+        return headers
+
+    def _die(self, reason: str) -> None:
+        if not self._closed.is_set():
+            self._reason = reason
+            self._closed.set()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if self._client is None or self._closed.is_set():
+            raise CarrierClosed(self._reason)
+        is_request = "method" in message and "id" in message
+        body = jsonrpc.dumps(message)
+        try:
+            if is_request:
+                await self._exchange(message, body)
+            else:
+                response = await self._client.post(self._url, content=body, headers=self._headers())
+                await response.aread()
+                if response.status_code == 404 and self._session_id:
+                    self._die("backend ended the session (404)")
+                elif response.status_code >= 400:
+                    log.warning(
+                        "backend %s answered %s to a %s",
+                        self._name,
+                        response.status_code,
+                        message.get("method"),
+                    )
+        except httpx.ConnectError as exc:
+            self._die(f"cannot connect: {exc}")
+            if is_request:
+                self._fail(message["id"], jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} unreachable: {exc}")
+            else:
+                raise CarrierClosed(str(exc)) from None
+        except httpx.HTTPError as exc:
+            if is_request:
+                self._fail(message["id"], jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} transport error: {exc}")
+            else:
+                log.warning("backend %s: sending %s failed: %s", self._name, message.get("method"), exc)
+
+    def _fail(self, rpc_id: Any, code: int, text: str) -> None:
+        assert self._inbound
+        self._inbound(jsonrpc.error(rpc_id, code, text), rpc_id)
+
+    async def _exchange(self, message: dict[str, Any], body: bytes) -> None:
+        assert self._client and self._inbound
+        rpc_id = message["id"]
+        request = self._client.build_request("POST", self._url, content=body, headers=self._headers())
+        response = await self._client.send(request, stream=True)
+        try:
+            if message.get("method") == "initialize":
+                sid = response.headers.get("mcp-session-id")
+                if sid:
+                    self._session_id = sid
+            status = response.status_code
+            ctype = response.headers.get("content-type", "")
+            if status == 404 and self._session_id and message.get("method") != "initialize":
+                self._die("backend ended the session (404)")
+                self._fail(rpc_id, jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} ended its session")
+                return
+            if ctype.startswith("text/event-stream") and status < 400:
+                answered, last_id, retry_ms = await self._read_stream(response, rpc_id)
+                if not answered:
+                    await self._resume(rpc_id, last_id, retry_ms)
+                return
+            data = await response.aread()
+            if len(data) > self._max:
+                self._fail(rpc_id, jsonrpc.PAYLOAD_TOO_LARGE, f"backend {self._name} sent {len(data)} bytes")
+                return
+            parsed: Any = None
+            if data:
+                with contextlib.suppress(orjson.JSONDecodeError):
+                    parsed = orjson.loads(data)
+            if isinstance(parsed, dict) and ("result" in parsed or "error" in parsed):
+                if parsed.get("id") is None:
+                    parsed["id"] = rpc_id
+                self._note_init(message, parsed)
+                self._inbound(parsed, rpc_id)
+            elif isinstance(parsed, list):
+                for item in parsed:
+                    if isinstance(item, dict):
+                        self._inbound(item, rpc_id)
+            else:
+                self._fail(
+                    rpc_id,
+                    jsonrpc.BACKEND_UNAVAILABLE if status >= 500 else jsonrpc.INTERNAL_ERROR,
+                    f"backend {self._name} answered HTTP {status}: {data[:200].decode('utf-8', 'replace')}",
+                )
+        finally:
+            await response.aclose()
+
+    def _note_init(self, message: dict[str, Any], response: dict[str, Any]) -> None:
+        if message.get("method") == "initialize" and isinstance(response.get("result"), dict):
+            version = response["result"].get("protocolVersion")
+            if isinstance(version, str):
+                self._protocol_version = version
+
+    async def _read_stream(self, response: httpx.Response, rpc_id: Any) -> tuple[bool, str | None, int | None]:
+        """Relay every event of one response stream; say whether the response itself came."""
+        assert self._inbound
+        parser = SSEParser(self._max)
+        last_id: str | None = None
+        retry_ms: int | None = None
+        answered = False
+        async for chunk in response.aiter_raw():
+            for event in parser.feed(chunk):
+                if event.id is not None:
+                    last_id = event.id
+                if event.retry_ms is not None:
+                    retry_ms = event.retry_ms
+                if not event.data or event.event != "message":
+                    continue
+                try:
+                    msg = orjson.loads(event.data)
+                except orjson.JSONDecodeError:
+                    log.warning("backend %s sent a non-JSON SSE event", self._name)
+                    continue
+                if not isinstance(msg, dict):
+                    continue
+                if jsonrpc.is_response(msg) and msg.get("id") == rpc_id:
+                    answered = True
+                self._inbound(msg, rpc_id)
+        return answered, last_id, retry_ms
+
+    async def _resume(self, rpc_id: Any, last_id: str | None, retry_ms: int | None) -> None:
+        """The stream ended before the response: resume it with Last-Event-ID (SSE polling, 2025-11-25)."""
+        assert self._client
+        for _ in range(_RESUME_ATTEMPTS):
+            if last_id is None:
+                break
+            await asyncio.sleep(min((retry_ms or 0) / 1000.0, 5.0))
+            headers = {**self._headers(), "last-event-id": last_id, "accept": "text/event-stream"}
+            async with self._client.stream("GET", self._url, headers=headers) as response:
+                if response.status_code != 200:
+                    break
+                answered, new_last, new_retry = await self._read_stream(response, rpc_id)
+                if answered:
+                    return
+                last_id = new_last or last_id
+                retry_ms = new_retry if new_retry is not None else retry_ms
+        self._fail(rpc_id, jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} closed the stream without answering")
+
+    async def ready(self) -> None:
+        self._get_task = asyncio.create_task(self._standalone_stream(), name=f"http-get-{self._name}")
+
+    async def _standalone_stream(self) -> None:
+        """The GET stream carries server messages unrelated to any request (list_changed, ...)."""
+        assert self._client
+        backoff = 0.5
+        last_id: str | None = None
+        while not self._closed.is_set():
+            headers = {**self._headers(), "accept": "text/event-stream"}
+            if last_id:
+                headers["last-event-id"] = last_id
+            try:
+                async with self._client.stream("GET", self._url, headers=headers) as response:
+                    if response.status_code == 405:
+                        return  # the backend offers no standalone stream; that is allowed
+                    if response.status_code == 404 and self._session_id:
+                        self._die("backend ended the session (404)")
+                        return
+                    if response.status_code != 200:
+                        log.info("backend %s: GET stream answered %s", self._name, response.status_code)
+                    else:
+                        backoff = 0.5
+                        parser = SSEParser(self._max)
+                        async for chunk in response.aiter_raw():
+                            for event in parser.feed(chunk):
+                                if event.id is not None:
+                                    last_id = event.id
+                                if event.data and event.event == "message":
+                                    self._relay_unrelated(event.data)
+            except httpx.HTTPError as exc:
+                log.debug("backend %s: GET stream dropped: %s", self._name, exc)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, _GET_BACKOFF_MAX_S)
+
+    def _relay_unrelated(self, data: str) -> None:
+        assert self._inbound
+        try:
+            msg = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(msg, dict):
+            self._inbound(msg, None)
+
+    async def wait_closed(self) -> str:
+        await self._closed.wait()
+        return self._reason
+
+    async def close(self) -> None:
+        if self._get_task is not None:
+            self._get_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._get_task
+        if self._client is not None:
+            if self._session_id and not self._closed.is_set():
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._client.delete(self._url, headers=self._headers()), 2.0)
+            await self._client.aclose()
+        self._die("closed")

@@ -1,0 +1,105 @@
+"""A backend spoken to over the legacy HTTP+SSE transport (2024-11-05): GET /sse, POST to its endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+from urllib.parse import urljoin
+
+import httpx
+import orjson
+
+from gateway import jsonrpc
+from gateway.sse import SSEParser
+from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
+from gateway.upstreams.http import make_http_client
+
+log = logging.getLogger(__name__)
+
+
+class SseCarrier(Carrier):
+    def __init__(
+        self, name: str, url: str, headers: dict[str, str], max_message_bytes: int, connect_timeout_s: float
+    ) -> None:
+        self._name = name
+        self._url = url
+        self._headers = headers
+        self._max = max_message_bytes
+        self._connect_timeout = connect_timeout_s
+        self._client: httpx.AsyncClient | None = None
+        self._endpoint: str | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closed = asyncio.Event()
+        self._reason = "closed"
+
+    def describe(self) -> str:
+        return f"sse:{self._url}"
+
+    async def open(self, inbound: Inbound) -> None:
+        self._client = make_http_client(30.0, self._headers)
+        endpoint_ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._task = asyncio.create_task(self._read(inbound, endpoint_ready), name=f"sse-{self._name}")
+        try:
+            self._endpoint = await asyncio.wait_for(asyncio.shield(endpoint_ready), self._connect_timeout)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _read(self, inbound: Inbound, endpoint_ready: asyncio.Future[str]) -> None:
+        assert self._client
+        try:
+            async with self._client.stream("GET", self._url, headers={"accept": "text/event-stream"}) as response:
+                if response.status_code != 200:
+                    raise ConnectionError(f"GET {self._url} answered {response.status_code}")
+                parser = SSEParser(self._max)
+                async for chunk in response.aiter_raw():
+                    for event in parser.feed(chunk):
+                        if event.event == "endpoint":
+                            if not endpoint_ready.done():
+                                endpoint_ready.set_result(urljoin(self._url, event.data.strip()))
+                            continue
+                        if event.event != "message" or not event.data:
+                            continue
+                        try:
+                            msg = orjson.loads(event.data)
+                        except orjson.JSONDecodeError:
+                            log.warning("backend %s sent a non-JSON SSE event", self._name)
+                            continue
+                        if isinstance(msg, dict):
+                            inbound(msg, None)
+            self._reason = "SSE stream ended"
+        except (httpx.HTTPError, ConnectionError, ValueError) as exc:
+            self._reason = f"SSE stream failed: {exc}"
+            if not endpoint_ready.done():
+                endpoint_ready.set_exception(ConnectionError(self._reason))
+        finally:
+            if not endpoint_ready.done():
+                endpoint_ready.set_exception(ConnectionError(self._reason))
+            self._closed.set()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if self._client is None or self._endpoint is None or self._closed.is_set():
+            raise CarrierClosed(self._reason)
+        try:
+            response = await self._client.post(
+                self._endpoint, content=jsonrpc.dumps(message), headers={"content-type": "application/json"}
+            )
+        except httpx.HTTPError as exc:
+            raise CarrierClosed(f"POST failed: {exc}") from None
+        if response.status_code >= 400:
+            raise CarrierClosed(f"POST {self._endpoint} answered {response.status_code}")
+
+    async def wait_closed(self) -> str:
+        await self._closed.wait()
+        return self._reason
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self._client is not None:
+            await self._client.aclose()
+        self._closed.set()

@@ -1,0 +1,161 @@
+"""A backend spawned as a child process speaking newline-delimited JSON-RPC on stdin/stdout."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from typing import Any
+
+import orjson
+
+from gateway import jsonrpc
+from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
+
+log = logging.getLogger(__name__)
+
+
+class StdioCarrier(Carrier):
+    def __init__(
+        self,
+        name: str,
+        command: str,
+        args: list[str],
+        env: dict[str, str],
+        cwd: str | None,
+        max_message_bytes: int,
+    ) -> None:
+        self._name = name
+        self._command = command
+        self._args = args
+        self._env = env
+        self._cwd = cwd
+        self._max = max_message_bytes
+        self._proc: asyncio.subprocess.Process | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = asyncio.Event()
+        self._reason = "closed"
+        self._write_lock = asyncio.Lock()
+
+    def describe(self) -> str:
+        return f"stdio:{self._command}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    async def open(self, inbound: Inbound) -> None:
+        env = {**os.environ, **self._env}
+        self._proc = await asyncio.create_subprocess_exec(
+            self._command,
+            *self._args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            cwd=self._cwd,
+            limit=self._max,
+            # Its own process group, so that shutdown also reaches grandchildren (npx, uvx, shells).
+            start_new_session=True,
+        )
+        self._tasks = [
+            asyncio.create_task(self._read_stdout(inbound), name=f"stdio-out-{self._name}"),
+            asyncio.create_task(self._read_stderr(), name=f"stdio-err-{self._name}"),
+        ]
+
+    async def _read_stdout(self, inbound: Inbound) -> None:
+        assert self._proc and self._proc.stdout
+        stdout = self._proc.stdout
+        try:
+            while True:
+                try:
+                    line = await stdout.readline()
+                except ValueError:
+                    # A line over the limit: the stream position is lost, so the child must go.
+                    self._reason = f"a message over {self._max} bytes"
+                    break
+                if not line:
+                    break
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    message = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    log.warning("backend %s wrote a non-JSON line on stdout: %.200r", self._name, line)
+                    continue
+                if isinstance(message, list):  # a batch from an old server
+                    for item in message:
+                        if isinstance(item, dict):
+                            inbound(item, None)
+                elif isinstance(message, dict):
+                    inbound(message, None)
+        finally:
+            code = await self._wait_exit(5.0)
+            if self._reason == "closed":
+                self._reason = f"process exited with code {code}"
+            self._closed.set()
+
+    async def _wait_exit(self, timeout: float) -> int | None:
+        assert self._proc
+        with contextlib.suppress(TimeoutError):
+            return await asyncio.wait_for(self._proc.wait(), timeout)
+        return None
+
+    async def _read_stderr(self) -> None:
+        assert self._proc and self._proc.stderr
+        blog = logging.getLogger(f"switchboard.backend.{self._name}")
+        while True:
+            try:
+                line = await self._proc.stderr.readline()
+            except ValueError:
+                continue
+            if not line:
+                return
+            blog.info("%s", line.decode("utf-8", errors="replace").rstrip())
+
+    async def send(self, message: dict[str, Any]) -> None:
+        proc = self._proc
+        if proc is None or proc.stdin is None or self._closed.is_set():
+            raise CarrierClosed(self._reason)
+        data = jsonrpc.dumps(message) + b"\n"
+        async with self._write_lock:
+            try:
+                proc.stdin.write(data)
+                await proc.stdin.drain()
+            except (ConnectionError, BrokenPipeError) as exc:
+                raise CarrierClosed(f"stdin closed: {exc}") from None
+
+    async def wait_closed(self) -> str:
+        await self._closed.wait()
+        return self._reason
+
+    async def close(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.returncode is None:
+            # Polite first (close stdin, as MCP's stdio shutdown says), then SIGTERM, then SIGKILL.
+            if proc.stdin is not None:
+                with contextlib.suppress(Exception):
+                    proc.stdin.close()
+            if await self._wait_exit(2.0) is None:
+                self._signal(signal.SIGTERM)
+                if await self._wait_exit(3.0) is None:
+                    self._signal(signal.SIGKILL)
+                    await self._wait_exit(5.0)
+        # Reap any grandchildren left in the group.
+        self._signal(signal.SIGKILL)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._closed.set()
+
+    def _signal(self, sig: int) -> None:
+        assert self._proc
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, sig)

@@ -1,0 +1,85 @@
+"""A backend spoken to over WebSocket (subprotocol ``mcp``, one JSON-RPC message per text frame)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import orjson
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from gateway import jsonrpc
+from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
+
+log = logging.getLogger(__name__)
+
+
+class WsCarrier(Carrier):
+    def __init__(self, name: str, url: str, headers: dict[str, str], max_message_bytes: int) -> None:
+        self._name = name
+        self._url = url
+        self._headers = headers
+        self._max = max_message_bytes
+        self._ws: ClientConnection | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closed = asyncio.Event()
+        self._reason = "closed"
+
+    def describe(self) -> str:
+        return f"ws:{self._url}"
+
+    async def open(self, inbound: Inbound) -> None:
+        self._ws = await connect(
+            self._url,
+            subprotocols=["mcp"],  # type: ignore[list-item]
+            additional_headers=self._headers,
+            max_size=self._max,
+            open_timeout=15,
+        )
+        self._task = asyncio.create_task(self._read(inbound), name=f"ws-{self._name}")
+
+    async def _read(self, inbound: Inbound) -> None:
+        assert self._ws
+        try:
+            async for frame in self._ws:
+                try:
+                    msg = orjson.loads(frame)
+                except orjson.JSONDecodeError:
+                    log.warning("backend %s sent a non-JSON frame", self._name)
+                    continue
+                if isinstance(msg, dict):
+                    inbound(msg, None)
+                elif isinstance(msg, list):
+                    for item in msg:
+                        if isinstance(item, dict):
+                            inbound(item, None)
+            self._reason = "WebSocket closed by the backend"
+        except ConnectionClosed as exc:
+            self._reason = f"WebSocket closed: {exc}"
+        finally:
+            self._closed.set()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if self._ws is None or self._closed.is_set():
+            raise CarrierClosed(self._reason)
+        try:
+            await self._ws.send(jsonrpc.dumps(message).decode())
+        except ConnectionClosed as exc:
+            raise CarrierClosed(str(exc)) from None
+
+    async def wait_closed(self) -> str:
+        await self._closed.wait()
+        return self._reason
+
+    async def close(self) -> None:
+        if self._ws is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._ws.close(), 2.0)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        self._closed.set()

@@ -1,0 +1,28 @@
+"""Deny an event whose action no capability of the principal covers."""
+
+from __future__ import annotations
+
+from gateway.events import Event, Kind
+from policies.chain import Decision
+from policies.principal import Principal
+
+CAPABILITY_DENIED = -32093
+
+
+class CapabilityPolicy:
+    name = "capabilities"
+
+    def check(self, event: Event, principal: Principal) -> Decision | None:
+        if event.kind in (Kind.RESPONSE, Kind.ERROR):
+            # Answers to requests the gateway relayed are allowed: the request was already checked.
+            return None
+        action = event.action
+        if principal.capabilities.allows(action):
+            return None
+        return Decision(
+            False,
+            self.name,
+            CAPABILITY_DENIED,
+            f"principal {principal.name!r} lacks a capability for {action!r}",
+            {"action": action, "principal": principal.name},
+        )
