@@ -1,0 +1,30 @@
+"""Fixtures shared by every test package."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conformance.conftest import start_fixture_server
+from tests.conformance.runner import ConformanceError, ensure_installed
+
+
+@pytest.fixture(scope="session")
+def conformance_suite() -> tuple[Path, Path]:
+    """(node, entry point) of the installed conformance suite; installs it if needed."""
+    try:
+        return ensure_installed()
+    except ConformanceError as exc:
+        if shutil.which("npm") is None:
+            pytest.skip(f"npm is not available, so the MCP conformance suite cannot be installed ({exc})")
+        raise
+
+
+@pytest.fixture(scope="session")
+def fixture_backend_url() -> Iterator[str]:
+    """URL (http://127.0.0.1:PORT/mcp) of a running fixture backend, shared by the session."""
+    with start_fixture_server() as url:
+        yield url
