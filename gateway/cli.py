@@ -73,6 +73,8 @@ def _run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # Backend HTTP clients log every request at INFO; that is noise next to the gateway's own log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     return asyncio.run(_serve(config))
 
 

@@ -81,8 +81,10 @@ def classify(message: Any) -> Shape:
         raise RpcError(INVALID_REQUEST, "Invalid Request: a JSON-RPC message must be an object")
     if message.get("jsonrpc") != JSONRPC:
         raise RpcError(INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"')
-    method = message.get("method")
-    if method is not None:
+    if "method" in message:
+        # Decided by the key, not its value: {"method": null, "result": ...} is a broken request,
+        # not a response (is_response() keys on "method" too, so both must agree).
+        method = message["method"]
         if not isinstance(method, str) or not method:
             raise RpcError(INVALID_REQUEST, 'Invalid Request: "method" must be a non-empty string')
         params = message.get("params")
@@ -97,7 +99,9 @@ def classify(message: Any) -> Shape:
         raise RpcError(INVALID_REQUEST, "Invalid Request: neither a request, a notification nor a response")
     if "result" in message and "error" not in message:
         return Shape.RESPONSE
-    if "error" in message and "result" not in message and isinstance(message["error"], dict):
+    if "error" in message and "result" not in message:
+        if not isinstance(message["error"], dict):
+            raise RpcError(INVALID_REQUEST, 'Invalid Request: "error" must be an object')
         return Shape.ERROR
     raise RpcError(INVALID_REQUEST, 'Invalid Request: a response carries exactly one of "result" or "error"')
 

@@ -34,7 +34,7 @@ class WebSocketDoor:
         self._guard = OriginGuard(gateway.config)
         self._limits = gateway.config.limits
 
-    async def __call__(self, ws: WebSocket) -> None:
+    async def serve(self, ws: WebSocket) -> None:
         refused = self._guard.check(ws.scope)
         view = self._view_of(ws.scope)
         if refused is not None or view is None:
