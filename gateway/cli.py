@@ -36,10 +36,11 @@ def _check(args: argparse.Namespace) -> int:
 def static_problems(config: Config) -> list[str]:
     """What can be known to be wrong without contacting any backend."""
     problems = []
-    if not config.loopback:
+    if not config.loopback and not config.security.allow_unauthenticated_network:
         problems.append(
             f"listen.host {config.listen.host!r} is not a loopback address; without authentication "
-            "the gateway only serves loopback (bind 127.0.0.1, or configure auth when it is available)"
+            "the gateway only serves loopback (bind 127.0.0.1, or set security.allow_unauthenticated_network "
+            "when something in front of it authenticates callers)"
         )
     sep = config.federation.separator
     names = list(config.backends)
@@ -73,6 +74,10 @@ def _run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if not config.loopback:
+        logging.getLogger("switchboard").warning(
+            "serving %s without authentication (security.allow_unauthenticated_network)", config.listen.host
+        )
     # Backend HTTP clients log every request at INFO; that is noise next to the gateway's own log.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     return asyncio.run(_serve(config))
