@@ -1,0 +1,1 @@
+"""Tiny scripted MCP backends that the robustness tests spawn as real processes."""
