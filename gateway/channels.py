@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 
@@ -32,6 +33,9 @@ class Channel:
         self.closed = False
         self.overflowed = False
         self.attached = False
+        # Called once, on the first push: lets a front door start streaming only when there is
+        # something to stream (see transports/streamable_http.py).
+        self.on_first_push: Callable[[], None] | None = None
 
     @property
     def last_seq(self) -> int:
@@ -44,6 +48,8 @@ class Channel:
         seq = self._next_seq
         self._next_seq += 1
         self._log.append((seq, message))
+        if seq == 1 and self.on_first_push is not None:
+            self.on_first_push()
         if self.attached:
             if seq - self._delivered > self._max_pending:
                 self.overflowed = True

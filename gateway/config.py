@@ -11,15 +11,40 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 # Backend names appear inside tool names (NAME__tool) and resource URI schemes (NAME+file://...),
 # so they are restricted to what is safe in both: a lowercase DNS label.
 BACKEND_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_URL_SCHEMES = {"http": ("http://", "https://"), "sse": ("http://", "https://"), "ws": ("ws://", "wss://")}
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def _backend_name(name: str) -> str:
+    # fullmatch: with match(), "$" also matches before a trailing newline, so "demo\n" passed.
+    if not BACKEND_NAME.fullmatch(name):
+        raise ValueError(
+            f"backend name {name!r} must be a lowercase DNS label ([a-z0-9-], 1-63 chars): "
+            "it becomes part of tool names and resource URIs"
+        )
+    return name
+
+
+# Validated as a dict key, so that an error's location names the offending backend (and its line).
+BackendName = Annotated[str, AfterValidator(_backend_name)]
 
 
 class _Model(BaseModel):
@@ -53,16 +78,21 @@ class Backend(_Model):
     connect_timeout_s: float = Field(15.0, gt=0, description="Longest the connect + initialize may take.")
     restart: Restart = Field(default_factory=Restart)
 
+    @field_validator("url")
+    @classmethod
+    def _url_scheme(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # A field validator (not the model one below) so that the error points at the url's own line.
+        schemes = _URL_SCHEMES.get(info.data.get("transport", ""))
+        if value and schemes and not value.startswith(schemes):
+            raise ValueError(f"url for transport '{info.data['transport']}' must start with {' or '.join(schemes)}")
+        return value
+
     @model_validator(mode="after")
     def _transport_fields(self) -> Backend:
         if self.transport == "stdio" and not self.command:
             raise ValueError("transport 'stdio' needs 'command'")
-        if self.transport in ("http", "sse", "ws"):
-            if not self.url:
-                raise ValueError(f"transport '{self.transport}' needs 'url'")
-            schemes = ("ws://", "wss://") if self.transport == "ws" else ("http://", "https://")
-            if not self.url.startswith(schemes):
-                raise ValueError(f"url for transport '{self.transport}' must start with {' or '.join(schemes)}")
+        if self.transport in _URL_SCHEMES and not self.url:
+            raise ValueError(f"transport '{self.transport}' needs 'url'")
         return self
 
 
@@ -123,29 +153,21 @@ class Limits(_Model):
 
 class Config(_Model):
     listen: Listen = Field(default_factory=Listen)
-    backends: dict[str, Backend] = Field(default_factory=dict)
+    backends: dict[BackendName, Backend] = Field(default_factory=dict)
     federation: Federation = Field(default_factory=Federation)
     security: Security = Field(default_factory=Security)
     limits: Limits = Field(default_factory=Limits)
     log_level: Literal["debug", "info", "warning", "error"] = Field("info")
 
-    @field_validator("backends")
-    @classmethod
-    def _backend_names(cls, value: dict[str, Backend]) -> dict[str, Backend]:
-        for name in value:
-            if not BACKEND_NAME.match(name):
-                raise ValueError(
-                    f"backend name {name!r} must be a lowercase DNS label ([a-z0-9-], 1-63 chars): "
-                    "it becomes part of tool names and resource URIs"
-                )
-        return value
-
     @model_validator(mode="after")
     def _separator_vs_names(self) -> Config:
         for name in self.backends:
             if self.federation.separator in name:
-                raise ValueError(
-                    f"backend name {name!r} contains the federation separator {self.federation.separator!r}"
+                # A custom error carries the name, so parse_config can point at that backend's line.
+                raise PydanticCustomError(
+                    "separator_in_name",
+                    "backend name {name} contains the federation separator {separator}",
+                    {"name": repr(name), "separator": repr(self.federation.separator), "backend": name},
                 )
         return self
 
@@ -189,13 +211,17 @@ class ConfigError(Exception):
 
 
 def expand_env(value: Any, environ: dict[str, str] | None = None, path: str = "") -> Any:
-    """Replace ``${NAME}`` and ``${NAME:-default}`` in every string; an unset name without default is an error."""
+    """Replace ``${NAME}`` and ``${NAME:-default}`` (default when unset or empty) in every string.
+
+    An unset name without a default is an error naming the key path.
+    """
     env = os.environ if environ is None else environ
     if isinstance(value, str):
 
         def sub(match: re.Match[str]) -> str:
             name, default = match.group(1), match.group(2)
-            if name in env:
+            # Shell and Compose semantics of ":-": the default also applies when the variable is empty.
+            if name in env and (env[name] or default is None):
                 return env[name]
             if default is not None:
                 return default
@@ -236,7 +262,10 @@ def parse_config(text: str, file: str = "<config>", environ: dict[str, str] | No
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
-        raise ConfigError([ConfigIssue(file, line, "", f"not valid YAML: {exc}")]) from None
+        # str(exc) spans several lines (with a source excerpt); an issue is one line.
+        parts = [getattr(exc, "context", None), getattr(exc, "problem", None)]
+        detail = ": ".join(str(p) for p in parts if p) or str(exc).splitlines()[0]
+        raise ConfigError([ConfigIssue(file, line, "", f"not valid YAML: {detail}")]) from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -252,7 +281,12 @@ def parse_config(text: str, file: str = "<config>", environ: dict[str, str] | No
     except ValidationError as exc:
         issues = []
         for err in exc.errors():
-            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+            # "[key]" marks an error in a dict key; the key itself is already the previous part.
+            loc = tuple(
+                p for p in err["loc"] if not (isinstance(p, str) and (p.startswith("function-") or p == "[key]"))
+            )
+            if err["type"] == "separator_in_name":
+                loc = ("backends", err["ctx"]["backend"])
             path = ".".join(str(p) for p in loc)
             reason = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":

@@ -22,7 +22,9 @@ class SSEParser:
     """Feed bytes, get complete events. Handles CRLF, CR and LF line endings and split chunks."""
 
     def __init__(self, max_event_bytes: int = 16 * 1024 * 1024) -> None:
-        self._buffer = b""
+        self._buffer = bytearray()
+        # The last chunk ended in CR: a LF at the start of the next one completes that CRLF.
+        self._after_cr = False
         self._data: list[str] = []
         self._event = ""
         self._id: str | None = None
@@ -31,24 +33,41 @@ class SSEParser:
         self._max = max_event_bytes
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
-        self._buffer += chunk
+        if self._after_cr and chunk:
+            # Without this, a CRLF split between two chunks would count as two line ends, and the
+            # empty "line" between them would dispatch a half-received event.
+            self._after_cr = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+        buffer = self._buffer
+        scan = len(buffer)  # what is held holds no line end (it would have been consumed)
+        buffer += chunk
         events: list[SSEEvent] = []
+        start = 0
         while True:
-            idx = -1
-            for sep in (b"\n", b"\r"):
-                pos = self._buffer.find(sep)
-                if pos != -1 and (idx == -1 or pos < idx):
-                    idx = pos
+            lf = buffer.find(b"\n", scan)
+            cr = buffer.find(b"\r", scan, len(buffer) if lf == -1 else lf)
+            idx = lf if cr == -1 else cr
             if idx == -1:
-                if len(self._buffer) > self._max:
-                    raise ValueError("SSE line exceeds the size limit")
-                return events
-            line = self._buffer[:idx]
-            skip = 2 if self._buffer[idx : idx + 2] == b"\r\n" else 1
-            self._buffer = self._buffer[idx + skip :]
-            event = self._line(line.decode("utf-8", errors="replace"))
+                break
+            line = buffer[start:idx].decode("utf-8", errors="replace")
+            if idx == cr:
+                if idx + 1 == len(buffer):
+                    self._after_cr = True
+                    start = idx + 1
+                else:
+                    start = idx + 2 if buffer[idx + 1] == 0x0A else idx + 1
+            else:
+                start = idx + 1
+            scan = start
+            event = self._line(line)
             if event is not None:
                 events.append(event)
+        # One deletion per chunk (not one copy per line) keeps big chunks with many lines linear.
+        del buffer[:start]
+        if len(buffer) > self._max:
+            raise ValueError("SSE line exceeds the size limit")
+        return events
 
     def _line(self, line: str) -> SSEEvent | None:
         if line == "":
@@ -73,7 +92,7 @@ class SSEParser:
         elif field == "id":
             if "\x00" not in value:
                 self._id = value
-        elif field == "retry" and value.isdigit():
+        elif field == "retry" and value.isascii() and value.isdigit():  # "²".isdigit(), but int() refuses it
             self._retry = int(value)
         return None
 
@@ -86,8 +105,16 @@ async def iter_sse(chunks: AsyncIterator[bytes], max_event_bytes: int = 16 * 102
 
 
 def encode(data: bytes | str, *, event: str | None = None, id: str | None = None, retry_ms: int | None = None) -> bytes:
-    """One SSE event. ``data`` must not contain raw newlines when it is JSON from orjson (it never does)."""
+    """One SSE event. Line breaks in ``data`` (LF, CRLF or CR) become one ``data:`` line each.
+
+    JSON from orjson never holds a raw line break, so the hot path is one ``data:`` line; splitting
+    on CR too matters because a parser ends a line at a lone CR, and a CR left inside a data line
+    would end the line early and let the rest be read as a field of its own (or end the event).
+    """
     parts: list[bytes] = []
+    for name, value in (("id", id), ("event", event)):
+        if value is not None and ("\n" in value or "\r" in value):
+            raise ValueError(f"SSE {name} must not contain a line break")
     if id is not None:
         parts.append(b"id: " + id.encode())
     if event is not None:
@@ -95,6 +122,8 @@ def encode(data: bytes | str, *, event: str | None = None, id: str | None = None
     if retry_ms is not None:
         parts.append(b"retry: " + str(retry_ms).encode())
     payload = data.encode() if isinstance(data, str) else data
+    if b"\r" in payload:
+        payload = payload.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     if payload:
         for line in payload.split(b"\n"):
             parts.append(b"data: " + line)

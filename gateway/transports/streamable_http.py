@@ -197,43 +197,55 @@ class StreamableHttpDoor:
         message: dict[str, Any],
         extra: list[tuple[str, str]],
     ) -> None:
+        """Run the call in this task. Only if something precedes the result does a writer task
+        start an SSE response (at once, so nothing is buffered); otherwise the answer is JSON."""
         channel = session.new_stream()
         channel.attached = True
-        call = asyncio.create_task(self._run(session, message, channel))
-        gone = asyncio.create_task(_wait_disconnect(receive))
-        try:
-            first = await _next_batch(channel, 0, gone)
-            if first is None:
-                return  # the client left before anything happened; the call goes on for a resume
-            final = channel.closed and len(first) == 1 and jsonrpc.is_response(first[0][1])
-            if final:
-                await send_bytes(send, 200, jsonrpc.dumps(first[0][1]), extra=extra)
-                return
-            await send({"type": "http.response.start", "status": 200, "headers": _sse_headers(extra)})
-            if (session.protocol_version or "") >= _PRIMING_FROM:
-                await send(
-                    {
-                        "type": "http.response.body",
-                        "body": sse.encode(b"", id=f"{channel.id}-0"),
-                        "more_body": True,
-                    }
-                )
-            await self._stream(send, channel, 0, first, gone)
-        finally:
-            channel.attached = False
-            gone.cancel()
-            if call.done() and not call.cancelled() and call.exception() is not None:
-                log.error("call failed", exc_info=call.exception())
+        writer: asyncio.Task[None] | None = None
 
-    async def _run(self, session: ClientSession, message: dict[str, Any], channel: Channel) -> None:
+        def start_streaming() -> None:
+            nonlocal writer
+            writer = asyncio.create_task(self._sse_response(receive, send, session, channel, extra))
+
+        channel.on_first_push = start_streaming
         try:
             response = await self._gw.router.handle(session, message, jsonrpc.Shape.REQUEST, channel)
         except Exception:
             log.exception("request %s failed inside the gateway", message.get("method"))
             response = jsonrpc.error(message.get("id"), jsonrpc.INTERNAL_ERROR, "Internal error in the gateway")
+        channel.on_first_push = None
+        if writer is None:
+            channel.close()
+            channel.attached = False
+            if response is not None:
+                with contextlib.suppress(OSError):
+                    await send_bytes(send, 200, jsonrpc.dumps(response), extra=extra)
+            return
         if response is not None:
             channel.push(response)
         channel.close()
+        await writer
+
+    async def _sse_response(
+        self,
+        receive: Receive,
+        send: Send,
+        session: ClientSession,
+        channel: Channel,
+        extra: list[tuple[str, str]],
+    ) -> None:
+        gone = asyncio.create_task(_wait_disconnect(receive))
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": _sse_headers(extra)})
+            if (session.protocol_version or "") >= _PRIMING_FROM:
+                prime = sse.encode(b"", id=f"{channel.id}-0")
+                await send({"type": "http.response.body", "body": prime, "more_body": True})
+            await self._stream(send, channel, 0, None, gone)
+        except OSError:
+            pass
+        finally:
+            channel.attached = False
+            gone.cancel()
 
     async def _stream(
         self,

@@ -7,28 +7,17 @@ import contextlib
 import logging
 from typing import Any
 
-import httpx
 import orjson
 
 from gateway import jsonrpc
 from gateway.sse import SSEParser
 from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
+from gateway.upstreams.httpclient import ConnectError, ConnectionPool, HttpError, Response, target_of
 
 log = logging.getLogger(__name__)
 
 _RESUME_ATTEMPTS = 5
 _GET_BACKOFF_MAX_S = 30.0
-
-
-def make_http_client(timeout_s: float, headers: dict[str, str]) -> httpx.AsyncClient:
-    # read=None: an SSE stream may legitimately stay quiet for long; the connection enforces the
-    # per-request deadline instead.
-    return httpx.AsyncClient(
-        headers=headers,
-        timeout=httpx.Timeout(connect=10.0, read=None, write=30.0, pool=30.0),
-        limits=httpx.Limits(max_connections=512, max_keepalive_connections=256, keepalive_expiry=30.0),
-        follow_redirects=False,
-    )
 
 
 class HttpCarrier(Carrier):
@@ -41,7 +30,8 @@ class HttpCarrier(Carrier):
             "content-type": "application/json",
         }
         self._max = max_message_bytes
-        self._client: httpx.AsyncClient | None = None
+        self._pool: ConnectionPool | None = None
+        self._target = target_of(url)
         self._inbound: Inbound | None = None
         self._session_id: str | None = None
         self._protocol_version: str | None = None
@@ -54,10 +44,10 @@ class HttpCarrier(Carrier):
 
     async def open(self, inbound: Inbound) -> None:
         self._inbound = inbound
-        self._client = make_http_client(30.0, self._base_headers)
+        self._pool = ConnectionPool(self._url)
 
     def _headers(self) -> dict[str, str]:
-        headers: dict[str, str] = {}
+        headers: dict[str, str] = dict(self._base_headers)
         if self._session_id:
             headers["mcp-session-id"] = self._session_id
         if self._protocol_version:
@@ -70,7 +60,7 @@ class HttpCarrier(Carrier):
             self._closed.set()
 
     async def send(self, message: dict[str, Any]) -> None:
-        if self._client is None or self._closed.is_set():
+        if self._pool is None or self._closed.is_set():
             raise CarrierClosed(self._reason)
         is_request = "method" in message and "id" in message
         body = jsonrpc.dumps(message)
@@ -78,24 +68,19 @@ class HttpCarrier(Carrier):
             if is_request:
                 await self._exchange(message, body)
             else:
-                response = await self._client.post(self._url, content=body, headers=self._headers())
-                await response.aread()
-                if response.status_code == 404 and self._session_id:
+                response = await self._pool.request("POST", self._target, self._headers(), body)
+                await response.read()
+                if response.status == 404 and self._session_id:
                     self._die("backend ended the session (404)")
-                elif response.status_code >= 400:
-                    log.warning(
-                        "backend %s answered %s to a %s",
-                        self._name,
-                        response.status_code,
-                        message.get("method"),
-                    )
-        except httpx.ConnectError as exc:
+                elif response.status >= 400:
+                    log.warning("backend %s answered %s to a %s", self._name, response.status, message.get("method"))
+        except ConnectError as exc:
             self._die(f"cannot connect: {exc}")
             if is_request:
                 self._fail(message["id"], jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} unreachable: {exc}")
             else:
                 raise CarrierClosed(str(exc)) from None
-        except httpx.HTTPError as exc:
+        except HttpError as exc:
             if is_request:
                 self._fail(message["id"], jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} transport error: {exc}")
             else:
@@ -106,16 +91,15 @@ class HttpCarrier(Carrier):
         self._inbound(jsonrpc.error(rpc_id, code, text), rpc_id)
 
     async def _exchange(self, message: dict[str, Any], body: bytes) -> None:
-        assert self._client and self._inbound
+        assert self._pool and self._inbound
         rpc_id = message["id"]
-        request = self._client.build_request("POST", self._url, content=body, headers=self._headers())
-        response = await self._client.send(request, stream=True)
+        response = await self._pool.request("POST", self._target, self._headers(), body)
         try:
             if message.get("method") == "initialize":
                 sid = response.headers.get("mcp-session-id")
                 if sid:
                     self._session_id = sid
-            status = response.status_code
+            status = response.status
             ctype = response.headers.get("content-type", "")
             if status == 404 and self._session_id and message.get("method") != "initialize":
                 self._die("backend ended the session (404)")
@@ -126,7 +110,7 @@ class HttpCarrier(Carrier):
                 if not answered:
                     await self._resume(rpc_id, last_id, retry_ms)
                 return
-            data = await response.aread()
+            data = await response.read()
             if len(data) > self._max:
                 self._fail(rpc_id, jsonrpc.PAYLOAD_TOO_LARGE, f"backend {self._name} sent {len(data)} bytes")
                 return
@@ -150,7 +134,7 @@ class HttpCarrier(Carrier):
                     f"backend {self._name} answered HTTP {status}: {data[:200].decode('utf-8', 'replace')}",
                 )
         finally:
-            await response.aclose()
+            response.release()
 
     def _note_init(self, message: dict[str, Any], response: dict[str, Any]) -> None:
         if message.get("method") == "initialize" and isinstance(response.get("result"), dict):
@@ -158,14 +142,14 @@ class HttpCarrier(Carrier):
             if isinstance(version, str):
                 self._protocol_version = version
 
-    async def _read_stream(self, response: httpx.Response, rpc_id: Any) -> tuple[bool, str | None, int | None]:
+    async def _read_stream(self, response: Response, rpc_id: Any) -> tuple[bool, str | None, int | None]:
         """Relay every event of one response stream; say whether the response itself came."""
         assert self._inbound
         parser = SSEParser(self._max)
         last_id: str | None = None
         retry_ms: int | None = None
         answered = False
-        async for chunk in response.aiter_raw():
+        async for chunk in response.iter_raw():
             for event in parser.feed(chunk):
                 if event.id is not None:
                     last_id = event.id
@@ -187,20 +171,26 @@ class HttpCarrier(Carrier):
 
     async def _resume(self, rpc_id: Any, last_id: str | None, retry_ms: int | None) -> None:
         """The stream ended before the response: resume it with Last-Event-ID (SSE polling, 2025-11-25)."""
-        assert self._client
+        assert self._pool
         for _ in range(_RESUME_ATTEMPTS):
             if last_id is None:
                 break
             await asyncio.sleep(min((retry_ms or 0) / 1000.0, 5.0))
             headers = {**self._headers(), "last-event-id": last_id, "accept": "text/event-stream"}
-            async with self._client.stream("GET", self._url, headers=headers) as response:
-                if response.status_code != 200:
+            try:
+                response = await self._pool.request("GET", self._target, headers)
+            except HttpError:
+                break
+            try:
+                if response.status != 200:
                     break
                 answered, new_last, new_retry = await self._read_stream(response, rpc_id)
-                if answered:
-                    return
-                last_id = new_last or last_id
-                retry_ms = new_retry if new_retry is not None else retry_ms
+            finally:
+                response.release()
+            if answered:
+                return
+            last_id = new_last or last_id
+            retry_ms = new_retry if new_retry is not None else retry_ms
         self._fail(rpc_id, jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} closed the stream without answering")
 
     async def ready(self) -> None:
@@ -208,7 +198,7 @@ class HttpCarrier(Carrier):
 
     async def _standalone_stream(self) -> None:
         """The GET stream carries server messages unrelated to any request (list_changed, ...)."""
-        assert self._client
+        assert self._pool
         backoff = 0.5
         last_id: str | None = None
         while not self._closed.is_set():
@@ -216,24 +206,27 @@ class HttpCarrier(Carrier):
             if last_id:
                 headers["last-event-id"] = last_id
             try:
-                async with self._client.stream("GET", self._url, headers=headers) as response:
-                    if response.status_code == 405:
+                response = await self._pool.request("GET", self._target, headers)
+                try:
+                    if response.status == 405:
                         return  # the backend offers no standalone stream; that is allowed
-                    if response.status_code == 404 and self._session_id:
+                    if response.status == 404 and self._session_id:
                         self._die("backend ended the session (404)")
                         return
-                    if response.status_code != 200:
-                        log.info("backend %s: GET stream answered %s", self._name, response.status_code)
+                    if response.status != 200:
+                        log.info("backend %s: GET stream answered %s", self._name, response.status)
                     else:
                         backoff = 0.5
                         parser = SSEParser(self._max)
-                        async for chunk in response.aiter_raw():
+                        async for chunk in response.iter_raw():
                             for event in parser.feed(chunk):
                                 if event.id is not None:
                                     last_id = event.id
                                 if event.data and event.event == "message":
                                     self._relay_unrelated(event.data)
-            except httpx.HTTPError as exc:
+                finally:
+                    response.release()
+            except HttpError as exc:
                 log.debug("backend %s: GET stream dropped: %s", self._name, exc)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, _GET_BACKOFF_MAX_S)
@@ -256,9 +249,10 @@ class HttpCarrier(Carrier):
             self._get_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._get_task
-        if self._client is not None:
+        if self._pool is not None:
             if self._session_id and not self._closed.is_set():
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self._client.delete(self._url, headers=self._headers()), 2.0)
-            await self._client.aclose()
+                    response = await asyncio.wait_for(self._pool.request("DELETE", self._target, self._headers()), 2.0)
+                    response.release()
+            await self._pool.aclose()
         self._die("closed")

@@ -8,13 +8,12 @@ import logging
 from typing import Any
 from urllib.parse import urljoin
 
-import httpx
 import orjson
 
 from gateway import jsonrpc
 from gateway.sse import SSEParser
 from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
-from gateway.upstreams.http import make_http_client
+from gateway.upstreams.httpclient import ConnectionPool, HttpError, target_of
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +27,7 @@ class SseCarrier(Carrier):
         self._headers = headers
         self._max = max_message_bytes
         self._connect_timeout = connect_timeout_s
-        self._client: httpx.AsyncClient | None = None
+        self._pool: ConnectionPool | None = None
         self._endpoint: str | None = None
         self._task: asyncio.Task[None] | None = None
         self._closed = asyncio.Event()
@@ -38,7 +37,7 @@ class SseCarrier(Carrier):
         return f"sse:{self._url}"
 
     async def open(self, inbound: Inbound) -> None:
-        self._client = make_http_client(30.0, self._headers)
+        self._pool = ConnectionPool(self._url)
         endpoint_ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._read(inbound, endpoint_ready), name=f"sse-{self._name}")
         try:
@@ -48,13 +47,16 @@ class SseCarrier(Carrier):
             raise
 
     async def _read(self, inbound: Inbound, endpoint_ready: asyncio.Future[str]) -> None:
-        assert self._client
+        assert self._pool
         try:
-            async with self._client.stream("GET", self._url, headers={"accept": "text/event-stream"}) as response:
-                if response.status_code != 200:
-                    raise ConnectionError(f"GET {self._url} answered {response.status_code}")
+            response = await self._pool.request(
+                "GET", target_of(self._url), {**self._headers, "accept": "text/event-stream"}
+            )
+            try:
+                if response.status != 200:
+                    raise ConnectionError(f"GET {self._url} answered {response.status}")
                 parser = SSEParser(self._max)
-                async for chunk in response.aiter_raw():
+                async for chunk in response.iter_raw():
                     for event in parser.feed(chunk):
                         if event.event == "endpoint":
                             if not endpoint_ready.done():
@@ -69,8 +71,10 @@ class SseCarrier(Carrier):
                             continue
                         if isinstance(msg, dict):
                             inbound(msg, None)
+            finally:
+                response.release()
             self._reason = "SSE stream ended"
-        except (httpx.HTTPError, ConnectionError, ValueError) as exc:
+        except (HttpError, ConnectionError, ValueError) as exc:
             self._reason = f"SSE stream failed: {exc}"
             if not endpoint_ready.done():
                 endpoint_ready.set_exception(ConnectionError(self._reason))
@@ -80,16 +84,20 @@ class SseCarrier(Carrier):
             self._closed.set()
 
     async def send(self, message: dict[str, Any]) -> None:
-        if self._client is None or self._endpoint is None or self._closed.is_set():
+        if self._pool is None or self._endpoint is None or self._closed.is_set():
             raise CarrierClosed(self._reason)
         try:
-            response = await self._client.post(
-                self._endpoint, content=jsonrpc.dumps(message), headers={"content-type": "application/json"}
+            response = await self._pool.request(
+                "POST",
+                target_of(self._endpoint),
+                {**self._headers, "content-type": "application/json"},
+                jsonrpc.dumps(message),
             )
-        except httpx.HTTPError as exc:
+            await response.read()
+        except HttpError as exc:
             raise CarrierClosed(f"POST failed: {exc}") from None
-        if response.status_code >= 400:
-            raise CarrierClosed(f"POST {self._endpoint} answered {response.status_code}")
+        if response.status >= 400:
+            raise CarrierClosed(f"POST {self._endpoint} answered {response.status}")
 
     async def wait_closed(self) -> str:
         await self._closed.wait()
@@ -100,6 +108,6 @@ class SseCarrier(Carrier):
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
-        if self._client is not None:
-            await self._client.aclose()
+        if self._pool is not None:
+            await self._pool.aclose()
         self._closed.set()
