@@ -90,6 +90,7 @@ async def _serve(config: Config) -> int:
     import uvicorn
 
     from gateway.app import build_app, front_doors
+    from gateway.transports.coalesce import CoalescingHttpToolsProtocol
 
     sock = socket.socket(socket.AF_INET6 if ":" in config.listen.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -110,7 +111,7 @@ async def _serve(config: Config) -> int:
             proxy_headers=False,
             server_header=False,
             loop="none",
-            http="httptools",
+            http=CoalescingHttpToolsProtocol,
             ws="websockets-sansio",
             lifespan="on",
             timeout_graceful_shutdown=5,

@@ -1,0 +1,51 @@
+"""One write syscall per response instead of two.
+
+uvicorn writes the status line and headers, then the body, as separate ``transport.write`` calls.
+On loopback each write is a syscall that also runs the receiver's TCP processing, which made it the
+largest single cost of a proxied call (ADR 0005). The transport below gathers the writes made in
+one event-loop iteration and sends them together on the next: no added latency beyond that
+iteration, and SSE events still leave as soon as they are produced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+
+class CoalescingTransport:
+    __slots__ = ("_buffer", "_loop", "_scheduled", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._buffer: list[bytes] = []
+        self._scheduled = False
+
+    def write(self, data: bytes) -> None:
+        self._buffer.append(data)
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._scheduled = False
+        if self._buffer:
+            data = b"".join(self._buffer) if len(self._buffer) > 1 else self._buffer[0]
+            self._buffer.clear()
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+class CoalescingHttpToolsProtocol(HttpToolsProtocol):
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(CoalescingTransport(transport, asyncio.get_running_loop()))  # type: ignore[arg-type]
