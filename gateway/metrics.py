@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -52,6 +54,20 @@ class Metrics:
             ["view", "kind"],
             registry=r,
         )
+
+        self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+
+    def observe_request(self, method: str, backend: str, outcome: str, seconds: float | None) -> None:
+        """Count one handled request (and its latency); label children are cached, as label lookup
+        is a measurable part of a proxied call."""
+        key = (method, backend, outcome)
+        children = self._children.get(key)
+        if children is None:
+            children = (self.requests.labels(method, backend, outcome), self.latency.labels(method, backend))
+            self._children[key] = children
+        children[0].inc()
+        if seconds is not None:
+            children[1].observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

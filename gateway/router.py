@@ -152,7 +152,7 @@ class Router:
         )
         decision = self._gw.chain.decide(event, session.principal)
         if not decision.allowed:
-            self._gw.metrics.requests.labels(self._metric_method(event.method), "gateway", "denied").inc()
+            self._gw.metrics.observe_request(self._metric_method(event.method), "gateway", "denied", None)
             if shape is jsonrpc.Shape.NOTIFICATION:
                 log.info("dropped notification %s: %s", event.method, decision.reason)
                 return None
@@ -176,8 +176,7 @@ class Router:
                 jsonrpc.BACKEND_TIMEOUT: "timeout",
             }.get(exc.code, "error")
         method_label = self._metric_method(event.method)
-        self._gw.metrics.requests.labels(method_label, backend, outcome).inc()
-        self._gw.metrics.latency.labels(method_label, backend).observe(time.perf_counter() - started)
+        self._gw.metrics.observe_request(method_label, backend, outcome, time.perf_counter() - started)
         return response
 
     @staticmethod

@@ -25,10 +25,13 @@ class ClientGone(Exception):
 
 
 def header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return value.decode("latin-1")
-    return None
+    """A request header by its lowercase name; the lookup table is built once per request."""
+    table = scope.get("switchboard.headers")
+    if table is None:
+        table = dict(scope["headers"])
+        scope["switchboard.headers"] = table
+    value = table.get(name)
+    return value.decode("latin-1") if value is not None else None
 
 
 async def read_body(receive: Receive, limit: int, declared: str | None) -> bytes:
@@ -121,4 +124,7 @@ def accepts(scope: Scope, *types: str) -> bool:
     value = (header(scope, b"accept") or "").lower()
     if not value or "*/*" in value:
         return True
-    return all(t in value for t in types)
+    for media_type in types:
+        if media_type not in value:
+            return False
+    return True
