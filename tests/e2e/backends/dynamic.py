@@ -2,6 +2,9 @@
 
 Tool ``grow`` adds a tool named by its ``name`` argument and announces
 ``notifications/tools/list_changed``; every added tool echoes its own name.
+For pass-through tests it also speaks methods MCP does not define: ``x/echo`` answers with its
+params; tool ``emit`` sends the client ``notifications/x.custom`` and the request ``x/ask`` and
+returns the client's answer; tool ``seen`` lists the unknown notifications it received.
 """
 
 from __future__ import annotations
@@ -24,9 +27,28 @@ def send(message: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+seen: list[dict[str, Any]] = []
+pending: list[dict[str, Any]] = []
+
+
+def ask_client(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Send a request to the client and read stdin until its answer; other messages wait their turn."""
+    send({"jsonrpc": "2.0", "id": "ask-1", "method": method, "params": params})
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        message = json.loads(line)
+        if message.get("id") == "ask-1" and "method" not in message:
+            return message
+        pending.append(message)
+    return {"error": {"message": "stdin closed"}}
+
+
 def handle(message: dict[str, Any]) -> None:
     method, rpc_id, params = message.get("method"), message.get("id"), message.get("params") or {}
     if rpc_id is None:
+        if isinstance(method, str) and method.startswith("notifications/x."):
+            seen.append(message)
         return
     if method == "initialize":
         result: Any = {
@@ -42,6 +64,12 @@ def handle(message: dict[str, Any]) -> None:
             tools.append({"name": params["arguments"]["name"], "inputSchema": {"type": "object"}})
             send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
             result = {"content": [{"type": "text", "text": "grown"}]}
+        elif name == "emit":
+            send({"jsonrpc": "2.0", "method": "notifications/x.custom", "params": {"n": 1}})
+            answer = ask_client("x/ask", {"question": "meaning?"})
+            result = {"content": [{"type": "text", "text": json.dumps(answer.get("result", answer.get("error")))}]}
+        elif name == "seen":
+            result = {"content": [{"type": "text", "text": json.dumps(seen)}]}
         elif any(t["name"] == name for t in tools):
             result = {"content": [{"type": "text", "text": f"I am {name}"}]}
         else:
@@ -49,6 +77,8 @@ def handle(message: dict[str, Any]) -> None:
             return
     elif method == "ping":
         result = {}
+    elif method == "x/echo":
+        result = {"echoed": params}
     else:
         send({"jsonrpc": "2.0", "id": rpc_id, "error": {"code": -32601, "message": f"Method not found: {method}"}})
         return
@@ -58,3 +88,5 @@ def handle(message: dict[str, Any]) -> None:
 for line in sys.stdin:
     if line.strip():
         handle(json.loads(line))
+    while pending:
+        handle(pending.pop(0))
