@@ -151,8 +151,17 @@ class Limits(_Model):
     sse_keepalive_s: float = Field(15.0, gt=0, description="Interval of SSE keep-alive comments.")
 
 
+class BusConfig(_Model):
+    kind: Literal["memory", "redis"] = Field(
+        "memory", description="memory: one replica; redis: replicas share channels, keys and counters."
+    )
+    url: str = Field("redis://127.0.0.1:6379/0", description="redis: the server URL.")
+    prefix: str = Field("switchboard:", description="redis: prefix of every key and channel.")
+
+
 class Config(_Model):
     listen: Listen = Field(default_factory=Listen)
+    bus: BusConfig = Field(default_factory=BusConfig)
     backends: dict[BackendName, Backend] = Field(default_factory=dict)
     federation: Federation = Field(default_factory=Federation)
     security: Security = Field(default_factory=Security)

@@ -9,7 +9,7 @@ from typing import Any
 
 from adapters.mcp import LEGACY_VERSIONS
 from gateway import __version__
-from gateway.bus import Bus, MemoryBus
+from gateway.bus import Bus, make_bus
 from gateway.config import Config
 from gateway.federation import BackendCatalog, Namer, View
 from gateway.metrics import Metrics
@@ -29,7 +29,7 @@ class Gateway:
         self.config = config
         self.metrics = Metrics()
         self.chain = default_chain()
-        self.bus = bus or MemoryBus()
+        self.bus = bus or make_bus(config.bus.kind, config.bus.url, config.bus.prefix)
         self.legacy_versions = LEGACY_VERSIONS
         self.router = Router(self)
         self.sessions = SessionStore(config.limits, self._session_ended)

@@ -3,4 +3,13 @@
 from gateway.bus.base import Bus
 from gateway.bus.memory import MemoryBus
 
-__all__ = ["Bus", "MemoryBus"]
+
+def make_bus(kind: str, url: str, prefix: str) -> Bus:
+    if kind == "redis":
+        from gateway.bus.redis import RedisBus
+
+        return RedisBus(url, prefix)
+    return MemoryBus()
+
+
+__all__ = ["Bus", "MemoryBus", "make_bus"]

@@ -1,0 +1,88 @@
+"""The Redis bus: many replicas share channels, keys and counters through one Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from redis import asyncio as aioredis
+
+from gateway.bus.base import Bus
+
+# INCRBY, and set the TTL only when this call created the key (one round trip, atomic).
+_INCR_WITH_TTL = """
+local value = redis.call('INCRBY', KEYS[1], ARGV[1])
+if value == tonumber(ARGV[1]) and tonumber(ARGV[2]) > 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return value
+"""
+
+
+class RedisBus(Bus):
+    def __init__(self, url: str, prefix: str = "switchboard:", connect_timeout_s: float = 5.0) -> None:
+        self._url = url
+        self._prefix = prefix
+        self._timeout = connect_timeout_s
+        self._redis: aioredis.Redis | None = None
+        self._incr: object | None = None
+
+    @property
+    def redis(self) -> aioredis.Redis:
+        if self._redis is None:
+            raise RuntimeError("RedisBus.start() was not called")
+        return self._redis
+
+    async def start(self) -> None:
+        self._redis = aioredis.from_url(
+            self._url, socket_connect_timeout=self._timeout, socket_timeout=self._timeout, health_check_interval=30
+        )
+        await self._redis.ping()
+        self._incr = self._redis.register_script(_INCR_WITH_TTL)
+
+    async def close(self) -> None:
+        if self._redis is not None:
+            await self._redis.aclose()
+            self._redis = None
+
+    def _key(self, key: str) -> str:
+        return self._prefix + key
+
+    async def publish(self, channel: str, data: bytes) -> int:
+        return int(await self.redis.publish(self._key(channel), data))
+
+    async def subscribe(self, channel: str, max_queue: int = 1024) -> AsyncIterator[bytes]:  # type: ignore[override]
+        # Redis itself bounds a slow subscriber (client-output-buffer-limit pubsub) by dropping it;
+        # the reader below never holds more than one message.
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        await pubsub.subscribe(self._key(channel))
+        try:
+            while True:
+                message = await pubsub.get_message(timeout=1.0)
+                if message is None:
+                    await asyncio.sleep(0)
+                    continue
+                data = message.get("data")
+                if isinstance(data, bytes):
+                    yield data
+        finally:
+            with contextlib.suppress(Exception):
+                await pubsub.unsubscribe(self._key(channel))
+            await pubsub.aclose()
+
+    async def get(self, key: str) -> bytes | None:
+        value = await self.redis.get(self._key(key))
+        return value if isinstance(value, bytes) else None
+
+    async def set(self, key: str, value: bytes, ttl_s: float | None = None, only_if_absent: bool = False) -> bool:
+        px = int(ttl_s * 1000) if ttl_s else None
+        return bool(await self.redis.set(self._key(key), value, px=px, nx=only_if_absent))
+
+    async def delete(self, key: str) -> None:
+        await self.redis.delete(self._key(key))
+
+    async def incr(self, key: str, amount: int = 1, ttl_s: float | None = None) -> int:
+        assert self._incr is not None
+        px = int(ttl_s * 1000) if ttl_s else 0
+        return int(await self._incr(keys=[self._key(key)], args=[amount, px]))  # type: ignore[operator]
