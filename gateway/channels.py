@@ -4,9 +4,11 @@ A channel decouples whoever produces messages (backend reader tasks, which must 
 the one consumer that writes them to a socket. Each message gets a sequence number; an SSE event id
 is ``<channel id>-<seq>``, so ``Last-Event-ID`` names both the stream and the position to resume at.
 
-Bounds: while a consumer is attached, more than ``max_pending`` undelivered messages means the
-client is too slow, and the channel is closed as overflowed (the transport disconnects it with a
-logged reason). While nobody is attached, it keeps only the newest ``replay`` messages.
+Bounds: a client is too slow when more than ``max_pending`` messages wait while its writer is
+stuck in a send (the socket is full). Then the channel is closed as overflowed and the writer's
+blocked send is interrupted (``on_overflow``), so the transport drops the client with a logged
+reason. A burst to an attentive client (writer not blocked) is not counted against it, up to
+8 x ``max_pending``. While nobody is attached, the channel keeps only the newest ``replay`` messages.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ class Channel:
         # Called once, on the first push: lets a front door start streaming only when there is
         # something to stream (see transports/streamable_http.py).
         self.on_first_push: Callable[[], None] | None = None
+        # Set by the consumer around a send that may block; see the module docstring.
+        self.writing = False
+        self.on_overflow: Callable[[], None] | None = None
 
     @property
     def last_seq(self) -> int:
@@ -51,9 +56,13 @@ class Channel:
         if seq == 1 and self.on_first_push is not None:
             self.on_first_push()
         if self.attached:
-            if seq - self._delivered > self._max_pending:
+            pending = seq - self._delivered
+            if pending > self._max_pending and (self.writing or pending > 8 * self._max_pending):
                 self.overflowed = True
                 self.close()
+                callback, self.on_overflow = self.on_overflow, None
+                if callback is not None:
+                    callback()
                 return False
         else:
             keep = max(self._replay, 1)
@@ -68,6 +77,11 @@ class Channel:
         floor = self._delivered - self._replay
         while self._log and self._log[0][0] <= floor:
             self._log.popleft()
+
+    def bind_writer(self) -> None:
+        """The current task writes this channel out: an overflow cancels its blocked send."""
+        task = asyncio.current_task()
+        self.on_overflow = task.cancel if task is not None else None
 
     def close(self) -> None:
         self.closed = True

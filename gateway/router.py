@@ -297,7 +297,7 @@ class Router:
         waits = [
             conn.wait_ready(min(_STARTUP_GRACE_S, conn.config.connect_timeout_s))
             for conn in (self._gw.connections[n] for n in view.backends)
-            if conn.state == "connecting" and conn.connected_at is None and conn.restarts == 0
+            if conn.first_attempt_pending
         ]
         if waits:
             await asyncio.gather(*waits)
@@ -419,7 +419,9 @@ class Router:
         channel: Channel,
     ) -> dict[str, Any]:
         conn = self._gw.connections[backend]
-        if conn.state != "ready" and not await conn.wait_ready(0 if conn.connected_at else _STARTUP_GRACE_S):
+        if conn.state != "ready" and not (
+            conn.first_attempt_pending and await conn.wait_ready(min(_STARTUP_GRACE_S, conn.config.connect_timeout_s))
+        ):
             raise jsonrpc.RpcError(
                 jsonrpc.BACKEND_UNAVAILABLE,
                 f"backend {backend} is unavailable: {conn.last_error or conn.state}",

@@ -46,6 +46,15 @@ class CoalescingTransport:
         return getattr(self._transport, name)
 
 
+ABORT_KEY = "switchboard.abort"
+
+
 class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(CoalescingTransport(transport, asyncio.get_running_loop()))  # type: ignore[arg-type]
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        # A door that must drop a client which stopped reading cannot finish its response (the
+        # send is blocked on a full socket); aborting the connection is the clean way out.
+        self.scope[ABORT_KEY] = self.transport.abort  # type: ignore[index]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
@@ -128,3 +129,13 @@ def accepts(scope: Scope, *types: str) -> bool:
         if media_type not in value:
             return False
     return True
+
+
+def drop_hook(scope: Scope) -> Callable[[], None]:
+    """How to cut this client off when it stops reading: abort its connection if the server lets
+    us (see transports/coalesce.py), else cancel the writing task."""
+    abort = scope.get("switchboard.abort")
+    if abort is not None:
+        return abort  # type: ignore[no-any-return]
+    task = asyncio.current_task()
+    return task.cancel if task is not None else (lambda: None)

@@ -24,6 +24,7 @@ from gateway.transports.http_common import (
     Scope,
     Send,
     accepts,
+    drop_hook,
     header,
     read_body,
     send_bytes,
@@ -76,6 +77,7 @@ class LegacySseDoor:
         channel.attached = True
         endpoint = f"{scope.get('root_path', '')}{self._messages_path(scope)}?session_id={session.id}"
         gone = asyncio.create_task(_wait_disconnect(receive))
+        channel.on_overflow = drop_hook(scope)
         try:
             await send(
                 {
@@ -114,14 +116,24 @@ class LegacySseDoor:
                     break
                 after = batch[-1][0]
                 body = b"".join(sse.encode(jsonrpc.dumps(m), event="message") for _, m in batch)
+                channel.writing = True
                 await send({"type": "http.response.body", "body": body, "more_body": True})
-        except ChannelOverflow:
+                channel.writing = False
+                if channel.overflowed:
+                    raise ChannelOverflow(channel.id)
+        except (ChannelOverflow, asyncio.CancelledError) as exc:
+            if not channel.overflowed:
+                raise
+            if isinstance(exc, asyncio.CancelledError):
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]
             self._gw.metrics.dropped_clients.labels(TRANSPORT).inc()
-            log.warning("SSE session %s dropped: the client fell too far behind", session.id[:8])
+            log.warning("SSE session %s dropped: the client stopped reading", session.id[:8])
         except OSError:
             pass
         finally:
             gone.cancel()
+            channel.writing = False
+            channel.on_overflow = None
             channel.attached = False
             self._gw.sessions.end(session)
 

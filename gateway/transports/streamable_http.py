@@ -25,6 +25,7 @@ from gateway.transports.http_common import (
     Scope,
     Send,
     accepts,
+    drop_hook,
     header,
     read_body,
     send_bytes,
@@ -205,7 +206,7 @@ class StreamableHttpDoor:
 
         def start_streaming() -> None:
             nonlocal writer
-            writer = asyncio.create_task(self._sse_response(receive, send, session, channel, extra))
+            writer = asyncio.create_task(self._sse_response(scope, receive, send, session, channel, extra))
 
         channel.on_first_push = start_streaming
         try:
@@ -228,6 +229,7 @@ class StreamableHttpDoor:
 
     async def _sse_response(
         self,
+        scope: Scope,
         receive: Receive,
         send: Send,
         session: ClientSession,
@@ -240,7 +242,7 @@ class StreamableHttpDoor:
             if (session.protocol_version or "") >= _PRIMING_FROM:
                 prime = sse.encode(b"", id=f"{channel.id}-0")
                 await send({"type": "http.response.body", "body": prime, "more_body": True})
-            await self._stream(send, channel, 0, None, gone)
+            await self._stream(scope, send, channel, 0, None, gone)
         except OSError:
             pass
         finally:
@@ -249,13 +251,15 @@ class StreamableHttpDoor:
 
     async def _stream(
         self,
+        scope: Scope,
         send: Send,
         channel: Channel,
         after: int,
         batch: list[tuple[int, dict[str, Any]]] | None,
         gone: asyncio.Task[None],
     ) -> None:
-        """Write events after ``after`` until the channel ends, the client leaves or falls too far behind."""
+        """Write events after ``after`` until the channel ends, the client leaves or stops reading."""
+        channel.on_overflow = drop_hook(scope)
         try:
             while True:
                 if batch is None:
@@ -265,21 +269,33 @@ class StreamableHttpDoor:
                 if not batch:
                     if channel.closed:
                         break
-                    await send({"type": "http.response.body", "body": sse.KEEPALIVE, "more_body": True})
+                    body = sse.KEEPALIVE
                 else:
-                    chunk = b"".join(sse.encode(jsonrpc.dumps(m), id=f"{channel.id}-{seq}") for seq, m in batch)
+                    body = b"".join(sse.encode(jsonrpc.dumps(m), id=f"{channel.id}-{seq}") for seq, m in batch)
                     after = batch[-1][0]
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                channel.writing = True
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+                channel.writing = False
+                if channel.overflowed:
+                    raise ChannelOverflow(channel.id)
                 batch = None
-        except ChannelOverflow:
+        except (ChannelOverflow, asyncio.CancelledError) as exc:
+            if not channel.overflowed:
+                raise
+            if isinstance(exc, asyncio.CancelledError):
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]
             self._gw.metrics.dropped_clients.labels(TRANSPORT).inc()
             log.warning(
-                "stream %s closed: the client fell more than %d messages behind",
+                "stream %s dropped: the client stopped reading with more than %d messages behind",
                 channel.id,
                 self._limits.session_queue,
             )
+            return
         except OSError:
             return
+        finally:
+            channel.writing = False
+            channel.on_overflow = None
         with contextlib.suppress(OSError):
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -314,7 +330,7 @@ class StreamableHttpDoor:
                 await send({"type": "http.response.body", "body": prime, "more_body": True})
             else:
                 await send({"type": "http.response.body", "body": sse.KEEPALIVE, "more_body": True})
-            await self._stream(send, channel, after, None, gone)
+            await self._stream(scope, send, channel, after, None, gone)
         finally:
             channel.attached = False
             gone.cancel()

@@ -101,19 +101,36 @@ class WebSocketDoor:
                 session.standalone.push(response)
 
     async def _write(self, ws: WebSocket, session: ClientSession) -> None:
+        channel = session.standalone
+        channel.bind_writer()  # an overflow cancels the send that is stuck on a full socket
         after = 0
         try:
             while True:
-                batch = await session.standalone.read(after)
+                batch = await channel.read(after)
                 if not batch:
                     return
                 for seq, message in batch:
+                    channel.writing = True
                     await ws.send_text(jsonrpc.dumps(message).decode())
+                    channel.writing = False
                     after = seq
-        except ChannelOverflow:
+                if channel.overflowed:
+                    raise ChannelOverflow(channel.id)
+        except (ChannelOverflow, asyncio.CancelledError) as exc:
+            if not channel.overflowed:
+                raise
+            if isinstance(exc, asyncio.CancelledError):
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]
             self._gw.metrics.dropped_clients.labels(TRANSPORT).inc()
-            log.warning("WebSocket session %s dropped: the client fell too far behind", session.id[:8])
+            log.warning(
+                "WebSocket session %s dropped: the client stopped reading with more than %d messages behind",
+                session.id[:8],
+                self._limits.session_queue,
+            )
             with contextlib.suppress(Exception):
-                await ws.close(code=_TRY_AGAIN_LATER, reason="client too slow")
+                await asyncio.wait_for(ws.close(code=_TRY_AGAIN_LATER, reason="client too slow"), 2.0)
         except (WebSocketDisconnect, RuntimeError, OSError):
             return
+        finally:
+            channel.writing = False
+            channel.on_overflow = None

@@ -116,6 +116,12 @@ class BackendConnection:
         return self.init_result.get("protocolVersion")
 
     @property
+    def first_attempt_pending(self) -> bool:
+        """Still on its very first connect attempt: worth a short wait right after start, unlike a
+        backend that already failed (which must fail fast)."""
+        return self.state == "connecting" and self.connected_at is None and self.last_error is None
+
+    @property
     def inflight(self) -> int:
         return len(self._pending)
 

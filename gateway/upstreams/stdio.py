@@ -73,8 +73,10 @@ class StdioCarrier(Carrier):
                 try:
                     line = await stdout.readline()
                 except ValueError:
-                    # A line over the limit: the stream position is lost, so the child must go.
+                    # A line over the limit: the stream position is lost, so the child must go now
+                    # (waiting for it to exit would hold its callers for nothing).
                     self._reason = f"a message over {self._max} bytes"
+                    self._signal(signal.SIGKILL)
                     break
                 if not line:
                     break
@@ -93,7 +95,9 @@ class StdioCarrier(Carrier):
                 elif isinstance(message, dict):
                     inbound(message, None)
         finally:
-            code = await self._wait_exit(5.0)
+            # stdout closed: the child is normally exiting; its callers are failed without waiting
+            # long for the exit code.
+            code = await self._wait_exit(1.0)
             if self._reason == "closed":
                 self._reason = f"process exited with code {code}"
             self._closed.set()
