@@ -47,14 +47,23 @@ def decode(envelope: Any) -> Event:
         raise EnvelopeError("kind must be a string")
     kind, method, context = kind_of(envelope["kind"])
     to = envelope.get("to")
+    # A malformed "to" must not fall back to broadcast: {"to": "bob"} would reach everyone.
+    if to is not None and not (isinstance(to, list) and all(isinstance(t, str) for t in to)):
+        raise EnvelopeError("to must be an array of participant ids")
     payload = envelope.get("payload")
+    # Refused rather than replaced by {}: the gateway never drops what a peer sent.
+    if payload is not None and not isinstance(payload, dict):
+        raise EnvelopeError("payload must be an object")
+    correlation_id = envelope.get("correlation_id")
+    if correlation_id is not None and not isinstance(correlation_id, str):
+        raise EnvelopeError("correlation_id must be a string")
     return Event(
         kind=kind,
         method=method,
-        payload=payload if isinstance(payload, dict) else {},
+        payload=payload if payload is not None else {},
         dialect=Dialect.MCPX,
         context=context,
-        correlation_id=envelope.get("correlation_id"),
+        correlation_id=correlation_id,
         source=str(envelope["from"]),
-        targets=tuple(to) if isinstance(to, list) else (),
+        targets=tuple(to) if to else (),
     )

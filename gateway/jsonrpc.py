@@ -47,8 +47,16 @@ class RpcError(Exception):
         return err
 
     @classmethod
-    def from_error(cls, error: dict[str, Any]) -> RpcError:
-        return cls(int(error.get("code", INTERNAL_ERROR)), str(error.get("message", "")), error.get("data"))
+    def from_error(cls, error: Any) -> RpcError:
+        # A peer's error object is untrusted: a malformed one must still become an RpcError, not a
+        # TypeError/ValueError escaping from here.
+        if not isinstance(error, dict):
+            return cls(INTERNAL_ERROR, "malformed error object", error)
+        try:
+            code = int(error.get("code", INTERNAL_ERROR))
+        except (TypeError, ValueError, OverflowError):
+            code = INTERNAL_ERROR
+        return cls(code, str(error.get("message", "")), error.get("data"))
 
 
 class Shape(StrEnum):
