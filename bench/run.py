@@ -66,6 +66,8 @@ GOAL_X_MCP_PROXY_C64 = 9.0
 GOAL_ADDED_P50_C1_MS = 0.25
 GOAL_RATIO_SDK = 0.95
 
+OTHER_LOAD_WARN = 0.25  # cores of CPU used by other processes during a run worth a warning
+
 ALL_TARGETS = ["direct", "switchboard", "supergateway", "mcp-proxy", "sdk-direct", "switchboard-sdk"]
 BASELINE_OF = {
     "direct": None,
@@ -251,6 +253,15 @@ def stop_all() -> None:
 class CpuSnapshot:
     proxy: int
     backend: int
+    machine_busy: int  # all CPUs, from /proc/stat: everything but idle and iowait
+
+
+def machine_busy_ticks() -> int:
+    with open("/proc/stat") as fh:
+        fields = [int(x) for x in fh.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    # guest time is already included in user/nice
+    return sum(fields[:8]) - idle
 
 
 def cpu_snapshot(services: list[Service]) -> CpuSnapshot:
@@ -275,7 +286,7 @@ def cpu_snapshot(services: list[Service]) -> CpuSnapshot:
             if role == "proxy" and pid != root and any(m in st.cmdline for m in BACKEND_MARKERS):
                 role = "backend"
             ticks[role] += st.ticks
-    return CpuSnapshot(ticks["proxy"], ticks["backend"])
+    return CpuSnapshot(ticks["proxy"], ticks["backend"], machine_busy_ticks())
 
 
 # ----------------------------------------------------------------------------- MCP client bits
@@ -666,6 +677,9 @@ class Measurement:
     proxy_cpu_us_per_call: float | None
     backend_cpu_us_per_call: float | None
     wrk_cpu_us_per_call: float | None
+    # Cores' worth of CPU used during the run by anything but wrk, the proxy and the backend:
+    # other load on the machine, which skews the numbers when well above 0.
+    other_load_cores: float
     baseline: str | None = None
     ratio_to_baseline: float | None = None
     added_p50_ms: float | None = None
@@ -750,12 +764,23 @@ def measure_target(
             proxy_cpu_us_per_call=(after.proxy - before.proxy) * per_call if has_proxy else None,
             backend_cpu_us_per_call=(after.backend - before.backend) * per_call,
             wrk_cpu_us_per_call=res.wrk_cpu_s * 1e6 / res.requests if res.requests else None,
+            other_load_cores=_other_load(before, after, res),
             wrk_raw=res.raw,
         )
         outcome.measurements.append(m)
         flag = f"  ** {m.errors} ERRORS **" if m.flagged else ""
+        if m.other_load_cores >= OTHER_LOAD_WARN:
+            flag += f"  (other load on the machine: {m.other_load_cores:.2f} cores)"
         log(f"{spec.name} c={conc}: {m.rps:,.0f} req/s, p50 {m.p50_ms:.3f} ms, p99 {m.p99_ms:.3f} ms{flag}")
     return outcome
+
+
+def _other_load(before: CpuSnapshot, after: CpuSnapshot, res: WrkResult) -> float:
+    if res.duration_s <= 0:
+        return 0.0
+    ours = (after.proxy - before.proxy) + (after.backend - before.backend)
+    busy = after.machine_busy - before.machine_busy
+    return max(0.0, ((busy - ours) / CLK_TCK - res.wrk_cpu_s) / res.duration_s)
 
 
 def add_derived(outcomes: dict[str, TargetOutcome]) -> None:
@@ -930,9 +955,16 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
 def versions() -> dict[str, str]:
     v: dict[str, str] = {}
-    v["wrk"] = _cmd_output(["wrk", "-v"]).split(" [")[0]
+    v["wrk"] = _cmd_output(["wrk", "-v"]).split(" [")[0].removeprefix("wrk ")
     try:
         node = _node()
         v["node"] = _cmd_output([node, "--version"])
@@ -970,16 +1002,18 @@ def write_results_md(report: dict[str, Any], table: str, goals_md: str) -> None:
         "",
         f"## {report['started_at']} — {kind}",
         "",
+        *([f"- note: {report['label']}"] if report.get("label") else []),
         f"- machine: `{mi['uname']}`, {mi['cpu_model']}, {mi['cores']} cores "
         "(wrk, proxy and backend share them; no pinning)",
+        f"- other load: load average {mi['loadavg_start']} at start, {mi['loadavg_end']} at end; "
+        f"processes other than wrk, proxy and backend used up to {mi['max_other_load_cores']:.2f} cores "
+        "during the measured runs",
         f"- settings: {st['duration_s']:g} s per run after a {st['warmup_s']:g} s warm-up, "
         f"concurrency {', '.join(map(str, st['concurrency']))}, wrk threads {st['wrk_threads']}, "
         f"protocol {PROTOCOL_VERSION}, SDK server answers "
         f"{'JSON' if st['sdk_json_response'] else 'SSE (SDK default)'}",
         "- versions: " + ", ".join(f"{k} {val}" for k, val in report["versions"].items()),
     ]
-    if report.get("label"):
-        lines.append(f"- note: {report['label']}")
     for o in skipped:
         reason = o["reason"].splitlines()[0] if o["reason"] else ""
         lines.append(f"- **{o['name']} {o['status']}**: {reason}")
@@ -1074,6 +1108,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _install_signal_handlers()
     started = dt.datetime.now(dt.UTC)
+    load_start = loadavg()
     est = len(args.target_list) * len(args.concurrency_list) * (args.duration + args.warmup)
     log(
         f"targets: {', '.join(args.target_list)}; concurrency {args.concurrency_list}; "
@@ -1103,11 +1138,17 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown_table(outcomes)
     goals_md = goals_table(goals)
     finished = dt.datetime.now(dt.UTC)
+    all_ms = [m for o in outcomes.values() for m in o.measurements]
     report: dict[str, Any] = {
         "started_at": started.strftime("%Y-%m-%d %H:%M UTC"),
         "finished_at": finished.strftime("%Y-%m-%d %H:%M:%S UTC"),
         "wall_time_s": round((finished - started).total_seconds(), 1),
-        "machine": machine_info(),
+        "machine": {
+            **machine_info(),
+            "loadavg_start": load_start,
+            "loadavg_end": loadavg(),
+            "max_other_load_cores": round(max((m.other_load_cores for m in all_ms), default=0.0), 2),
+        },
         "versions": versions(),
         "settings": {
             "duration_s": args.duration,
@@ -1135,6 +1176,11 @@ def main(argv: list[str] | None = None) -> int:
     flagged = [f"{m.target}@c{m.concurrency}" for o in outcomes.values() for m in o.measurements if m.flagged]
     if flagged:
         print(f"- ⚠ errors during: {', '.join(flagged)}")
+    mi = report["machine"]
+    print(
+        f"- load average {mi['loadavg_start']} at start, {mi['loadavg_end']} at end; other processes used up "
+        f"to {mi['max_other_load_cores']:.2f} cores during the measured runs"
+    )
     print(f"\nraw results: {args.json}  (process logs: {LOG_DIR}; wall time {report['wall_time_s']} s)")
     if args.record:
         write_results_md(report, table, goals_md)
