@@ -31,7 +31,7 @@ class Channel:
         self._log: deque[tuple[int, dict[str, Any]]] = deque()
         self._next_seq = 1
         self._delivered = 0
-        self._wake = asyncio.Event()
+        self._wake: asyncio.Event | None = None  # created by the first reader that has to wait
         self.closed = False
         self.overflowed = False
         self.attached = False
@@ -69,7 +69,8 @@ class Channel:
             while len(self._log) > keep:
                 self._log.popleft()
         self._trim()
-        self._wake.set()
+        if self._wake is not None:
+            self._wake.set()
         return True
 
     def _trim(self) -> None:
@@ -85,7 +86,8 @@ class Channel:
 
     def close(self) -> None:
         self.closed = True
-        self._wake.set()
+        if self._wake is not None:
+            self._wake.set()
 
     def can_resume(self, after: int) -> bool:
         """Whether every message after ``after`` is still held (or none was ever sent after it)."""
@@ -105,5 +107,7 @@ class Channel:
                 return batch
             if self.closed:
                 return []
+            if self._wake is None:
+                self._wake = asyncio.Event()
             self._wake.clear()
             await self._wake.wait()

@@ -73,12 +73,19 @@ class ClientSession:
     def touch(self) -> None:
         self.last_seen = time.monotonic()
 
-    def new_stream(self) -> Channel:
+    def new_stream(self, resumable: bool = True) -> Channel:
+        """A channel for one request's answer. ``resumable`` ones can be found again by a GET with
+        ``Last-Event-ID``; a front door registers a stream only once it actually streams."""
         channel = Channel(
             f"{self._short}-{next(self._stream_ids)}",
             self.limits.session_queue,
             self.limits.sse_replay_events,
         )
+        if resumable:
+            self.keep_stream(channel)
+        return channel
+
+    def keep_stream(self, channel: Channel) -> None:
         self.streams[channel.id] = channel
         # Finished streams are kept a while for Last-Event-ID replay; the oldest go first.
         while len(self.streams) > _MAX_KEPT_STREAMS:
@@ -86,7 +93,6 @@ class ClientSession:
             if not oldest.closed:
                 break
             del self.streams[oldest_id]
-        return channel
 
     def find_stream(self, channel_id: str) -> Channel | None:
         if channel_id == self.standalone.id:

@@ -25,13 +25,22 @@ class CoalescingTransport:
         self._scheduled = False
 
     def write(self, data: bytes) -> None:
+        if self._buffer:
+            # The second write of the iteration (uvicorn's body after its headers): send both now
+            # rather than one loop iteration later.
+            self._buffer.append(data)
+            self.flush()
+            return
         self._buffer.append(data)
         if not self._scheduled:
             self._scheduled = True
-            self._loop.call_soon(self.flush)
+            self._loop.call_soon(self._deferred_flush)
+
+    def _deferred_flush(self) -> None:
+        self._scheduled = False
+        self.flush()
 
     def flush(self) -> None:
-        self._scheduled = False
         if self._buffer:
             data = b"".join(self._buffer) if len(self._buffer) > 1 else self._buffer[0]
             self._buffer.clear()

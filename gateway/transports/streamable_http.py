@@ -200,12 +200,13 @@ class StreamableHttpDoor:
     ) -> None:
         """Run the call in this task. Only if something precedes the result does a writer task
         start an SSE response (at once, so nothing is buffered); otherwise the answer is JSON."""
-        channel = session.new_stream()
+        channel = session.new_stream(resumable=False)
         channel.attached = True
         writer: asyncio.Task[None] | None = None
 
         def start_streaming() -> None:
             nonlocal writer
+            session.keep_stream(channel)
             writer = asyncio.create_task(self._sse_response(scope, receive, send, session, channel, extra))
 
         channel.on_first_push = start_streaming
@@ -219,8 +220,10 @@ class StreamableHttpDoor:
             channel.close()
             channel.attached = False
             if response is not None:
-                with contextlib.suppress(OSError):
+                try:
                     await send_bytes(send, 200, jsonrpc.dumps(response), extra=extra)
+                except OSError:
+                    pass  # the client left; the answer has nowhere to go
             return
         if response is not None:
             channel.push(response)

@@ -12,7 +12,7 @@ import orjson
 from gateway import jsonrpc
 from gateway.sse import SSEParser
 from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
-from gateway.upstreams.httpclient import ConnectError, ConnectionPool, HttpError, Response, target_of
+from gateway.upstreams.httpclient import ConnectError, ConnectionPool, HttpError, Response, encode_headers, target_of
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,8 @@ class HttpCarrier(Carrier):
         self._max = max_message_bytes
         self._pool: ConnectionPool | None = None
         self._target = target_of(url)
+        self._block = b""
+        self._block_key: tuple[str | None, str | None] | None = None
         self._inbound: Inbound | None = None
         self._session_id: str | None = None
         self._protocol_version: str | None = None
@@ -53,6 +55,14 @@ class HttpCarrier(Carrier):
         if self._protocol_version:
             headers["mcp-protocol-version"] = self._protocol_version
         return headers
+
+    def _header_block(self) -> bytes:
+        """The encoded headers of every POST, rebuilt only when the session or version changes."""
+        key = (self._session_id, self._protocol_version)
+        if self._block_key != key:
+            self._block = encode_headers(self._headers())
+            self._block_key = key
+        return self._block
 
     def _die(self, reason: str) -> None:
         if not self._closed.is_set():
@@ -93,7 +103,7 @@ class HttpCarrier(Carrier):
     async def _exchange(self, message: dict[str, Any], body: bytes) -> None:
         assert self._pool and self._inbound
         rpc_id = message["id"]
-        response = await self._pool.request("POST", self._target, self._headers(), body)
+        response = await self._pool.request("POST", self._target, self._header_block(), body)
         try:
             if message.get("method") == "initialize":
                 sid = response.headers.get("mcp-session-id")

@@ -37,7 +37,9 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.response: Response | None = None
-        self._parser: httptools.HttpResponseParser | None = None
+        # One parser per connection: it resets itself between kept-alive responses, and its
+        # callbacks land here and go on to the exchange in progress.
+        self._parser = httptools.HttpResponseParser(self)
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -45,7 +47,7 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        if self._parser is None or self.response is None:
+        if self.response is None:
             # Bytes outside of an exchange: the server is confused; do not reuse this connection.
             self.close()
             return
@@ -66,14 +68,34 @@ class _Connection(asyncio.Protocol):
     def resume_writing(self) -> None:
         pass
 
+    # -- httptools callbacks, relayed to the current exchange
+    def on_message_begin(self) -> None:
+        if self.response is not None:
+            self.response.received_any = True
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self.response is not None:
+            self.response.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        if self.response is not None:
+            self.response.on_headers_complete(self._parser.get_status_code())
+
+    def on_body(self, body: bytes) -> None:
+        if self.response is not None:
+            self.response.on_body(body)
+
+    def on_message_complete(self) -> None:
+        if self.response is not None:
+            # httptools forgets keep-alive once the message is done, so it is read here.
+            self.response.on_message_complete(self._parser.should_keep_alive())
+
     # -- exchange
     def start(self, response: Response) -> None:
         self.response = response
-        self._parser = httptools.HttpResponseParser(response)
 
     def finish(self) -> None:
         self.response = None
-        self._parser = None
 
     def close(self) -> None:
         if not self.closed:
@@ -90,11 +112,10 @@ class Response:
         self._pool = pool
         self.status = 0
         self.headers: dict[str, str] = {}
-        self._header_name = b""
         self._headers_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._chunks: deque[bytes] = deque()
         self._buffered = 0
-        self._wake = asyncio.Event()
+        self._wake: asyncio.Event | None = None  # only a streamed body ever waits
         self._complete = False
         self._error: Exception | None = None
         self._paused = False
@@ -102,33 +123,26 @@ class Response:
         self._keep_alive = False
         self.received_any = False
 
-    # -- httptools callbacks
-    def on_message_begin(self) -> None:
-        self.received_any = True
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
-
-    def on_headers_complete(self) -> None:
-        parser = self._conn._parser
-        self.status = parser.get_status_code() if parser is not None else 0
+    # -- parser events (relayed by the connection)
+    def on_headers_complete(self, status: int) -> None:
+        self.status = status
         if not self._headers_done.done():
             self._headers_done.set_result(None)
 
     def on_body(self, body: bytes) -> None:
         self._chunks.append(body)
         self._buffered += len(body)
-        self._wake.set()
+        if self._wake is not None:
+            self._wake.set()
         if self._buffered > _HIGH_WATER and not self._paused and self._conn.transport is not None:
             self._paused = True
             self._conn.transport.pause_reading()
 
-    def on_message_complete(self) -> None:
-        # httptools forgets keep-alive once the message is done, so it is read here.
-        parser = self._conn._parser
-        self._keep_alive = parser is not None and parser.should_keep_alive()
+    def on_message_complete(self, keep_alive: bool) -> None:
+        self._keep_alive = keep_alive
         self._complete = True
-        self._wake.set()
+        if self._wake is not None:
+            self._wake.set()
 
     def _fail(self, exc: Exception) -> None:
         if self._complete:
@@ -136,7 +150,8 @@ class Response:
         self._error = exc
         if not self._headers_done.done():
             self._headers_done.set_exception(exc)
-        self._wake.set()
+        if self._wake is not None:
+            self._wake.set()
 
     # -- consumer side
     async def _wait_headers(self) -> None:
@@ -156,12 +171,20 @@ class Response:
                     return
                 if self._error is not None:
                     raise self._error
+                if self._wake is None:
+                    self._wake = asyncio.Event()
                 self._wake.clear()
                 await self._wake.wait()
         finally:
             self.release()
 
     async def read(self) -> bytes:
+        if self._complete and not self._paused:  # the common case: the whole body is here already
+            body = b"".join(self._chunks)
+            self._chunks.clear()
+            self._buffered = 0
+            self.release()
+            return body
         return b"".join([chunk async for chunk in self.iter_raw()])
 
     def release(self) -> None:
@@ -231,15 +254,26 @@ class ConnectionPool:
             self._all.discard(conn)
         self._slots.release()
 
-    async def request(self, method: str, target: str, headers: Mapping[str, str], body: bytes = b"") -> Response:
-        """Send one request; return once the response headers arrived (the body streams after)."""
+    async def request(
+        self, method: str, target: str, headers: Mapping[str, str] | bytes, body: bytes = b""
+    ) -> Response:
+        """Send one request; return once the response headers arrived (the body streams after).
+
+        ``headers`` may be pre-encoded (:func:`encode_headers`) when the same ones go with every
+        request, as they do on the hot path.
+        """
         if self._closed:
             raise HttpError("client is closed")
-        head = [f"{method} {target} HTTP/1.1", f"host: {self.authority}"]
-        head.extend(f"{k}: {v}" for k, v in headers.items())
-        if body or method in ("POST", "PUT", "PATCH"):
-            head.append(f"content-length: {len(body)}")
-        data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+        block = headers if isinstance(headers, bytes) else encode_headers(headers)
+        length = b"content-length: %d\r\n" % len(body) if body or method in ("POST", "PUT", "PATCH") else b""
+        data = b"%s %s HTTP/1.1\r\nhost: %s\r\n%s%s\r\n%s" % (
+            method.encode(),
+            target.encode("latin-1"),
+            self.authority.encode("latin-1"),
+            block,
+            length,
+            body,
+        )
         await self._slots.acquire()
         acquired = True
         try:
@@ -281,6 +315,16 @@ class ConnectionPool:
             conn.close()
         self._all.clear()
         self._idle.clear()
+
+
+def encode_headers(headers: Mapping[str, str]) -> bytes:
+    """Header lines ready for :meth:`ConnectionPool.request`; CR/LF in names or values are refused."""
+    lines = []
+    for name, value in headers.items():
+        if any(c in name or c in value for c in "\r\n"):
+            raise ValueError(f"header {name!r} contains a line break")
+        lines.append(f"{name}: {value}\r\n")
+    return "".join(lines).encode("latin-1")
 
 
 def target_of(url: str) -> str:
