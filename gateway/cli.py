@@ -25,6 +25,8 @@ def _check(args: argparse.Namespace) -> int:
         print(f"{len(exc.issues)} error(s) in {args.config}", file=sys.stderr)
         return 1
     problems = static_problems(config)
+    for warning in config_warnings(config):
+        print(f"warning: {args.config}: {warning}", file=sys.stderr)
     for problem in problems:
         print(f"error: {args.config}: {problem}", file=sys.stderr)
     if problems:
@@ -42,15 +44,31 @@ def static_problems(config: Config) -> list[str]:
             "the gateway only serves loopback (bind 127.0.0.1, or set security.allow_unauthenticated_network "
             "when something in front of it authenticates callers)"
         )
-    sep = config.federation.separator
-    names = list(config.backends)
-    if config.federation.prefix != "never":
-        # A prefixed name must split back into exactly one (backend, tool) pair.
-        for a in names:
-            for b in names:
-                if a != b and b.startswith(a + sep):
-                    problems.append(f"backends {a!r} and {b!r} make prefixed names ambiguous with separator {sep!r}")
+    # Prefixed names always split back unambiguously: the model already refuses backend names that
+    # contain the separator (see config.Config._separator_vs_names).
     return problems
+
+
+# Fields that mean something only for some transports; set elsewhere they are ignored, which is
+# worth a warning (a stdio backend with a url is usually a typo for transport: http).
+_TRANSPORT_FIELDS = {
+    "command": {"stdio"},
+    "args": {"stdio"},
+    "env": {"stdio"},
+    "cwd": {"stdio"},
+    "url": {"http", "sse", "ws"},
+    "headers": {"http", "sse", "ws"},
+    "server": {"builtin"},
+}
+
+
+def config_warnings(config: Config) -> list[str]:
+    warnings = []
+    for name, backend in config.backends.items():
+        for field in sorted(backend.model_fields_set & set(_TRANSPORT_FIELDS)):
+            if backend.transport not in _TRANSPORT_FIELDS[field]:
+                warnings.append(f"backends.{name}.{field} is ignored for transport {backend.transport!r}")
+    return warnings
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -12,11 +12,12 @@ import orjson
 from gateway import jsonrpc
 from gateway.sse import SSEParser
 from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
-from gateway.upstreams.httpclient import ConnectError, ConnectionPool, HttpError, Response, encode_headers, target_of
+from gateway.upstreams.httpclient import ConnectError, ConnectionPool, HttpError, encode_headers, target_of
 
 log = logging.getLogger(__name__)
 
 _RESUME_ATTEMPTS = 5
+_DRAIN_S = 30.0  # how long the rest of an answered stream may take to end
 _GET_BACKOFF_MAX_S = 30.0
 
 
@@ -40,6 +41,7 @@ class HttpCarrier(Carrier):
         self._closed = asyncio.Event()
         self._reason = "closed"
         self._get_task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
 
     def describe(self) -> str:
         return f"http:{self._url}"
@@ -104,6 +106,7 @@ class HttpCarrier(Carrier):
         assert self._pool and self._inbound
         rpc_id = message["id"]
         response = await self._pool.request("POST", self._target, self._header_block(), body)
+        draining = False
         try:
             if message.get("method") == "initialize":
                 sid = response.headers.get("mcp-session-id")
@@ -116,9 +119,16 @@ class HttpCarrier(Carrier):
                 self._fail(rpc_id, jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} ended its session")
                 return
             if ctype.startswith("text/event-stream") and status < 400:
-                answered, last_id, retry_ms = await self._read_stream(response, rpc_id)
-                if not answered:
-                    await self._resume(rpc_id, last_id, retry_ms)
+                chunks = response.iter_raw()
+                parser = SSEParser(self._max)
+                answered, last_id, retry_ms = await self._read_stream(chunks, parser, rpc_id, until_answered=True)
+                if answered:
+                    # The caller has its answer; the end of the stream is read in the background so
+                    # that the connection goes back to the pool (iter_raw releases it).
+                    draining = True
+                    self._spawn(self._drain(chunks, parser, rpc_id))
+                    return
+                await self._resume(rpc_id, last_id, retry_ms)
                 return
             data = await response.read()
             if len(data) > self._max:
@@ -144,7 +154,22 @@ class HttpCarrier(Carrier):
                     f"backend {self._name} answered HTTP {status}: {data[:200].decode('utf-8', 'replace')}",
                 )
         finally:
-            response.release()
+            if not draining:
+                response.release()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _drain(self, chunks: Any, parser: SSEParser, rpc_id: Any) -> None:
+        try:
+            async with asyncio.timeout(_DRAIN_S):
+                await self._read_stream(chunks, parser, rpc_id, until_answered=False)
+        except (TimeoutError, HttpError, ValueError):
+            pass
+        finally:
+            await chunks.aclose()
 
     def _note_init(self, message: dict[str, Any], response: dict[str, Any]) -> None:
         if message.get("method") == "initialize" and isinstance(response.get("result"), dict):
@@ -152,14 +177,15 @@ class HttpCarrier(Carrier):
             if isinstance(version, str):
                 self._protocol_version = version
 
-    async def _read_stream(self, response: Response, rpc_id: Any) -> tuple[bool, str | None, int | None]:
-        """Relay every event of one response stream; say whether the response itself came."""
+    async def _read_stream(
+        self, chunks: Any, parser: SSEParser, rpc_id: Any, until_answered: bool
+    ) -> tuple[bool, str | None, int | None]:
+        """Relay the events of one response stream; say whether the response itself came."""
         assert self._inbound
-        parser = SSEParser(self._max)
         last_id: str | None = None
         retry_ms: int | None = None
         answered = False
-        async for chunk in response.iter_raw():
+        async for chunk in chunks:
             for event in parser.feed(chunk):
                 if event.id is not None:
                     last_id = event.id
@@ -177,6 +203,8 @@ class HttpCarrier(Carrier):
                 if jsonrpc.is_response(msg) and msg.get("id") == rpc_id:
                     answered = True
                 self._inbound(msg, rpc_id)
+            if answered and until_answered:
+                break
         return answered, last_id, retry_ms
 
     async def _resume(self, rpc_id: Any, last_id: str | None, retry_ms: int | None) -> None:
@@ -194,7 +222,9 @@ class HttpCarrier(Carrier):
             try:
                 if response.status != 200:
                     break
-                answered, new_last, new_retry = await self._read_stream(response, rpc_id)
+                answered, new_last, new_retry = await self._read_stream(
+                    response.iter_raw(), SSEParser(self._max), rpc_id, until_answered=False
+                )
             finally:
                 response.release()
             if answered:
@@ -255,6 +285,8 @@ class HttpCarrier(Carrier):
         return self._reason
 
     async def close(self) -> None:
+        for task in list(self._background):
+            task.cancel()
         if self._get_task is not None:
             self._get_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -59,8 +59,11 @@ class SseCarrier(Carrier):
                 async for chunk in response.iter_raw():
                     for event in parser.feed(chunk):
                         if event.event == "endpoint":
+                            endpoint = event.data.strip()
+                            if not endpoint:
+                                raise ConnectionError("the endpoint event names no URL")
                             if not endpoint_ready.done():
-                                endpoint_ready.set_result(urljoin(self._url, event.data.strip()))
+                                endpoint_ready.set_result(urljoin(self._url, endpoint))
                             continue
                         if event.event != "message" or not event.data:
                             continue

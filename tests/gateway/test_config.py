@@ -508,3 +508,19 @@ def test_check_in_process_env_issue(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert cli_main(["check", "-c", str(path)]) == 1
     err = capsys.readouterr().err
     assert f"error: {path}:4: backends.x.command: environment variable SWITCHBOARD_SURELY_UNSET_VAR is not set" in err
+
+
+def test_check_warns_about_fields_the_transport_ignores(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "typo.yaml"
+    path.write_text(
+        "backends:\n"
+        "  a: {transport: stdio, command: x, url: 'http://127.0.0.1:1/mcp'}\n"
+        "  b: {transport: http, url: 'http://127.0.0.1:1/mcp', args: [y]}\n"
+        "  c: {transport: http, url: 'http://127.0.0.1:1/mcp', headers: {k: v}}\n"
+    )
+    assert cli_main(["check", "-c", str(path)]) == 0, "warnings do not fail the check"
+    err = capsys.readouterr().err
+    assert "warning: " in err
+    assert "backends.a.url is ignored for transport 'stdio'" in err
+    assert "backends.b.args is ignored for transport 'http'" in err
+    assert "backends.c" not in err
