@@ -73,6 +73,11 @@ class Backend(_Model):
         description="Headers sent to this backend only (its own credentials; a client's are never forwarded).",
     )
     server: Literal["demo"] = Field("demo", description="builtin: which in-process server.")
+    era: Literal["auto", "modern", "legacy"] = Field(
+        "auto",
+        description="MCP era of the backend: auto probes server/discover (2026-07-28) and falls back to "
+        "initialize; modern or legacy pins it.",
+    )
     required: bool = Field(False, description="/readyz waits for this backend to be connected.")
     timeout_s: float = Field(300.0, gt=0, description="Longest a single request to this backend may take.")
     connect_timeout_s: float = Field(15.0, gt=0, description="Longest the connect + initialize may take.")

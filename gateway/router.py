@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import adapters
 from adapters import mcp as mcp_adapter
+from adapters import mcp_modern
 from gateway import jsonrpc
 from gateway.channels import Channel
 from gateway.events import Event
@@ -71,6 +72,8 @@ _KNOWN_METHODS = frozenset(
         "completion/complete",
     }
 )
+# How many input_required rounds a modern backend may ask for one call.
+_MAX_INPUT_ROUNDS = 16
 # How long the first requests after start wait for a backend that is still connecting.
 _STARTUP_GRACE_S = 5.0
 
@@ -86,6 +89,11 @@ class CallSink:
         self.session = session
         self.session_id = session.id
         self.channel = channel
+
+    @property
+    def log_level(self) -> str | None:
+        """The level a modern backend is asked to log at for this call (legacy: setLevel)."""
+        return self.session.log_level
 
     def deliver(self, message: dict[str, Any]) -> None:
         if message.get("method") == "notifications/message":
@@ -220,8 +228,8 @@ class Router:
         updates = []
         for name in backends:
             conn = self._gw.connections[name]
-            if not conn.state == "ready" or "logging" not in conn.capabilities:
-                continue
+            if not conn.state == "ready" or "logging" not in conn.capabilities or conn.era == "modern":
+                continue  # a modern backend gets each call's level in its _meta instead
             levels = [s.log_level for s in self._gw.sessions if s.log_level and name in s.view.backends]
             if not levels:
                 continue
@@ -279,7 +287,11 @@ class Router:
                 result = response.get("result")
                 return result if isinstance(result, dict) else {}
 
-            return await self._gw.catalogs[name].get(kind, fetch)
+            items = await self._gw.catalogs[name].get(kind, fetch)
+            if kind == "tools":
+                # Kept for the modern era's Mcp-Param-* headers toward this backend.
+                conn.tool_schemas = {t["name"]: t.get("inputSchema") for t in items}
+            return items
 
         outcomes = await asyncio.gather(*(one(n) for n in names), return_exceptions=True)
         per_backend: list[tuple[str, list[dict[str, Any]]]] = []
@@ -381,6 +393,14 @@ class Router:
             holders.add(session.id)
             session.subscriptions.add(key)
             return jsonrpc.result(event.rpc_id, {})
+        conn = self._gw.connections[backend]
+        if conn.era == "modern":
+            # The modern era has no resources/subscribe: the URI joins the backend's listen filter.
+            self._subscriptions.setdefault(key, set()).add(session.id)
+            session.subscriptions.add(key)
+            conn.listen_resources.add(original)
+            conn.relisten()
+            return jsonrpc.result(event.rpc_id, {})
         response = await self._forward(session, event, backend, {**event.params, "uri": original}, channel)
         if "result" in response:
             self._subscriptions.setdefault(key, set()).add(session.id)
@@ -396,6 +416,11 @@ class Router:
         if holders:
             return jsonrpc.result(event.rpc_id, {})
         self._subscriptions.pop(key, None)
+        conn = self._gw.connections[backend]
+        if conn.era == "modern":
+            conn.listen_resources.discard(original)
+            conn.relisten()
+            return jsonrpc.result(event.rpc_id, {})
         return await self._forward(session, event, backend, {**event.params, "uri": original}, channel)
 
     async def _passthrough(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
@@ -432,21 +457,109 @@ class Router:
                 f"too many requests in flight on this session (limit {self._limits.max_inflight_per_session})",
             )
         method = event.method or ""
+        response = await self._call(session, event.rpc_id, conn, method, params, channel)
+        if conn.era == "modern":
+            response = await self._fulfil_input_requests(session, event.rpc_id, conn, method, params, channel, response)
+        if "result" in response:
+            result = response["result"]
+            if conn.era == "modern":
+                result = mcp_modern.strip_modern_fields(result)
+            out = jsonrpc.result(event.rpc_id, rewrite_result(session.view.namer, backend, method, result))
+        else:
+            error = response.get("error")
+            out = {"jsonrpc": "2.0", "id": event.rpc_id, "error": error if isinstance(error, dict) else {}}
+        out["_sb_backend"] = backend
+        return out
+
+    async def _call(
+        self,
+        session: ClientSession,
+        client_id: Any,
+        conn: BackendConnection,
+        method: str,
+        params: dict[str, Any] | None,
+        channel: Channel,
+    ) -> dict[str, Any]:
         pending = conn.begin(method, params, CallSink(session, channel))
-        client_id = event.rpc_id
         session.inflight[client_id] = (conn, pending)
         try:
-            response = await conn.call(pending)
+            return await conn.call(pending)
         finally:
             if session.inflight.get(client_id, (None, None))[1] is pending:
                 del session.inflight[client_id]
-        if "result" in response:
-            out = jsonrpc.result(client_id, rewrite_result(session.view.namer, backend, method, response["result"]))
-        else:
-            error = response.get("error")
-            out = {"jsonrpc": "2.0", "id": client_id, "error": error if isinstance(error, dict) else {}}
-        out["_sb_backend"] = backend
-        return out
+
+    async def _fulfil_input_requests(
+        self,
+        session: ClientSession,
+        client_id: Any,
+        conn: BackendConnection,
+        method: str,
+        params: dict[str, Any] | None,
+        channel: Channel,
+        response: dict[str, Any],
+    ) -> dict[str, Any]:
+        """A modern backend answered ``input_required``: ask this (legacy) client for real, with
+        sampling/elicitation/roots requests on the call's own stream, and retry with the answers."""
+        for _ in range(_MAX_INPUT_ROUNDS):
+            result = response.get("result")
+            if not isinstance(result, dict) or result.get("resultType") != "input_required":
+                return response
+            requests = result.get("inputRequests") or {}
+            if not isinstance(requests, dict):
+                raise jsonrpc.RpcError(jsonrpc.INTERNAL_ERROR, f"backend {conn.name} sent malformed inputRequests")
+            answers = await self._ask_client_all(session, channel, requests)
+            retry = {k: v for k, v in (params or {}).items() if k not in ("inputResponses", "requestState")}
+            retry["inputResponses"] = answers
+            if "requestState" in result:
+                retry["requestState"] = result["requestState"]
+            response = await self._call(session, client_id, conn, method, retry, channel)
+        raise jsonrpc.RpcError(
+            jsonrpc.INTERNAL_ERROR, f"backend {conn.name} still needed input after {_MAX_INPUT_ROUNDS} rounds"
+        )
+
+    async def _ask_client_all(
+        self, session: ClientSession, channel: Channel, requests: dict[str, Any]
+    ) -> dict[str, Any]:
+        keys = list(requests)
+        answers = await asyncio.gather(*(self._ask_client(session, channel, requests[k]) for k in keys))
+        return dict(zip(keys, answers, strict=True))
+
+    async def _ask_client(self, session: ClientSession, channel: Channel, request: Any) -> Any:
+        """Send one request to the client on the call's stream and return its result."""
+        if not isinstance(request, dict) or not isinstance(request.get("method"), str):
+            raise jsonrpc.RpcError(jsonrpc.INTERNAL_ERROR, "a backend input request lacks a method")
+        method = request["method"]
+        needed = _CLIENT_CAPABILITY.get(method)
+        if needed is not None and needed not in session.client_capabilities:
+            raise jsonrpc.RpcError(
+                jsonrpc.INVALID_REQUEST,
+                f"the backend needs {method} from the client, which did not declare the {needed!r} capability",
+            )
+        gid = session.next_outgoing_id()
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        session.outgoing[gid] = Outgoing(None, None, method, future=future)
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": gid, "method": method}
+        if isinstance(request.get("params"), dict):
+            message["params"] = request["params"]
+        if not (channel.push(message) or session.standalone.push(message)):
+            session.outgoing.pop(gid, None)
+            raise jsonrpc.RpcError(jsonrpc.INTERNAL_ERROR, "the client's stream is gone")
+        try:
+            async with asyncio.timeout(self._limits.client_request_timeout_s):
+                answer = await future
+        except TimeoutError:
+            session.outgoing.pop(gid, None)
+            session.standalone.push(
+                jsonrpc.notification("notifications/cancelled", {"requestId": gid, "reason": "timed out"})
+            )
+            raise jsonrpc.RpcError(
+                jsonrpc.BACKEND_TIMEOUT,
+                f"the client did not answer {method} within {self._limits.client_request_timeout_s:g}s",
+            ) from None
+        if "error" in answer:
+            error = answer["error"] if isinstance(answer["error"], dict) else {}
+            raise jsonrpc.RpcError.from_error(error)
+        return answer.get("result")
 
     # ---- client notifications and responses --------------------------------------------------
 
@@ -478,6 +591,11 @@ class Router:
             return
         if out.timer is not None:
             out.timer.cancel()
+        if out.future is not None:
+            if not out.future.done():
+                out.future.set_result(message)
+            return
+        assert out.conn is not None
         reply = {k: v for k, v in message.items() if k != "id"}
         reply["id"] = out.upstream_id
         out.conn.spawn(out.conn.send(reply))
@@ -501,7 +619,10 @@ class Router:
             if not holders:
                 del self._subscriptions[key]
                 conn = self._gw.connections[key[0]]
-                if conn.state == "ready":
+                if conn.era == "modern":
+                    conn.listen_resources.discard(key[1])
+                    conn.relisten()
+                elif conn.state == "ready":
                     conn.spawn(conn.request("resources/unsubscribe", {"uri": key[1]}, timeout=10.0))
 
     # =============================================================================== backend side
@@ -518,7 +639,10 @@ class Router:
         conn.spawn(self._sync_backend_levels((conn.name,)))
         for backend, uri in list(self._subscriptions):
             if backend == conn.name:
-                conn.spawn(conn.request("resources/subscribe", {"uri": uri}, timeout=10.0))
+                if conn.era == "modern":
+                    conn.listen_resources.add(uri)
+                else:
+                    conn.spawn(conn.request("resources/subscribe", {"uri": uri}, timeout=10.0))
         self._announce_list_changes(conn, initial=True)
 
     def on_disconnected(self, conn: BackendConnection, reason: str) -> None:
@@ -602,7 +726,10 @@ class Router:
             return
         if out.timer is not None:
             out.timer.cancel()
-        if answer_backend:
+        if out.future is not None:
+            if not out.future.done():
+                out.future.set_result(jsonrpc.error(None, jsonrpc.INTERNAL_ERROR, reason))
+        elif answer_backend and out.conn is not None:
             out.conn.spawn(out.conn.send(jsonrpc.error(out.upstream_id, jsonrpc.INTERNAL_ERROR, reason)))
         if notify_client:
             session.standalone.push(

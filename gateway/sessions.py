@@ -37,12 +37,17 @@ def level_rank(level: str | None) -> int:
 
 @dataclass(slots=True, eq=False)
 class Outgoing:
-    """A backend's request to this client (sampling, elicitation, roots) awaiting the client's answer."""
+    """A request to this client (sampling, elicitation, roots) awaiting the client's answer.
 
-    conn: BackendConnection
+    Either a backend's own request (``conn``/``upstream_id``: the answer is relayed to it), or one
+    the gateway asks on a backend's behalf (``future``: a modern backend's input request).
+    """
+
+    conn: BackendConnection | None
     upstream_id: Any
     method: str
     timer: asyncio.TimerHandle | None = None
+    future: asyncio.Future[dict[str, Any]] | None = None
 
 
 class ClientSession:

@@ -10,7 +10,7 @@ the client whose call caused them.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 Inbound = Callable[[dict[str, Any], Any], None]
@@ -27,8 +27,12 @@ class Carrier(abc.ABC):
         """Connect (spawn, dial) and start reading. Raises on failure."""
 
     @abc.abstractmethod
-    async def send(self, message: dict[str, Any]) -> None:
-        """Send one message. For request/response carriers this may return only once the reply arrived."""
+    async def send(self, message: dict[str, Any], headers: Mapping[str, str] | None = None) -> None:
+        """Send one message. For request/response carriers this may return only once the reply arrived.
+
+        ``headers`` are per-message transport headers (the modern era's routing headers); carriers
+        without headers ignore them.
+        """
 
     async def ready(self) -> None:  # noqa: B027 - optional hook
         """Called once the MCP handshake completed (e.g. to open a standalone GET stream)."""

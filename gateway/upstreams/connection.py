@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from adapters import mcp_modern
 from gateway import jsonrpc
 from gateway.config import Backend as BackendConfig
 from gateway.upstreams.base import Carrier, CarrierClosed
@@ -42,9 +43,11 @@ _GLOBAL_NOTIFICATIONS = frozenset(
     }
 )
 _STABLE_AFTER_S = 10.0
+_PROBE_TIMEOUT_S = 5.0
 _MISSING: Any = object()
 
 State = Literal["connecting", "ready", "down", "closed"]
+Era = Literal["legacy", "modern"]
 
 
 class CallOwner(Protocol):
@@ -70,6 +73,31 @@ class Pending:
     owner: CallOwner | None
     client_token: Any = _MISSING
     started: float = field(default_factory=time.monotonic)
+    # The task blocked in the carrier's send (request/response carriers): interrupted on cancel.
+    task: asyncio.Task[Any] | None = None
+    interrupted: bool = False
+
+
+class _ListenOwner:
+    """Receives what a modern backend's ``subscriptions/listen`` stream carries."""
+
+    session_id = ""
+    log_level = None
+
+    def __init__(self, conn: BackendConnection) -> None:
+        self._conn = conn
+        self.acknowledged = False
+
+    def deliver(self, message: dict[str, Any]) -> None:
+        if message.get("method") == "notifications/subscriptions/acknowledged":
+            self.acknowledged = True
+            return
+        params = message.get("params")
+        if isinstance(params, dict) and isinstance(params.get("_meta"), dict):
+            meta = {k: v for k, v in params["_meta"].items() if k != mcp_modern.SUBSCRIPTION_ID_KEY}
+            params = {**params, "_meta": meta} if meta else {k: v for k, v in params.items() if k != "_meta"}
+            message = {**message, "params": params}
+        self._conn._handler.on_notification(self._conn, message)
 
 
 class BackendConnection:
@@ -98,6 +126,12 @@ class BackendConnection:
         self.init_result: dict[str, Any] = {}
         self.restarts = 0
         self.connected_at: float | None = None
+        self.era: Era = "legacy"
+        self._known_era: Era | None = None  # learned once, kept across reconnects
+        # Tool input schemas by name, for the modern era's Mcp-Param-* headers (kept by the router).
+        self.tool_schemas: dict[str, Any] = {}
+        self._listen: asyncio.Task[None] | None = None
+        self.listen_resources: set[str] = set()
 
     # ---- facts about the backend -------------------------------------------------------------
 
@@ -114,6 +148,10 @@ class BackendConnection:
     @property
     def protocol_version(self) -> str | None:
         return self.init_result.get("protocolVersion")
+
+    @property
+    def _http(self) -> bool:
+        return self.config.transport == "http"
 
     @property
     def first_attempt_pending(self) -> bool:
@@ -149,6 +187,8 @@ class BackendConnection:
                 await self._supervisor
         for task in list(self._background):
             task.cancel()
+        if self._listen is not None:
+            self._listen.cancel()
         if self._carrier is not None:
             await self._carrier.close()
         self._fail_all("gateway is shutting down")
@@ -188,6 +228,9 @@ class BackendConnection:
             backoff = min(backoff * 2, self.config.restart.max_backoff_s)
 
     async def _went_down(self, carrier: Carrier, reason: str) -> None:
+        if self._listen is not None:
+            self._listen.cancel()
+            self._listen = None
         was_ready = self._ready.is_set()
         self._ready.clear()
         self.state = "down"
@@ -200,6 +243,14 @@ class BackendConnection:
 
     async def _connect(self, carrier: Carrier) -> None:
         await carrier.open(self._inbound)
+        wanted = self._known_era or self.config.era
+        if self.config.transport in ("sse", "builtin") and wanted == "auto":
+            wanted = "legacy"  # legacy HTTP+SSE is legacy by definition; the demo is legacy
+        if wanted in ("auto", "modern") and await self._probe_modern(wanted == "modern"):
+            self.era = self._known_era = "modern"
+            self._listen = asyncio.create_task(self._listen_loop(), name=f"listen-{self.name}")
+            return
+        self.era = self._known_era = "legacy"
         params = {
             "protocolVersion": LATEST_LEGACY,
             "capabilities": GATEWAY_CLIENT_CAPABILITIES,
@@ -216,6 +267,80 @@ class BackendConnection:
         self.init_result = result
         await carrier.send(jsonrpc.notification("notifications/initialized"))
         await carrier.ready()
+
+    async def _probe_modern(self, required: bool) -> bool:
+        """Ask ``server/discover`` (2026-07-28). A result, or an error only a modern server uses,
+        means modern; anything else means a legacy server (unless the config requires modern)."""
+        self.era = "modern"  # so that the probe goes out with the modern envelope and headers
+        timeout = self.config.connect_timeout_s if required else min(_PROBE_TIMEOUT_S, self.config.connect_timeout_s)
+        try:
+            response = await self._roundtrip(self.begin("server/discover", {}, None), timeout)
+        except jsonrpc.RpcError as exc:
+            if required or exc.code != jsonrpc.BACKEND_TIMEOUT:
+                if exc.code == jsonrpc.BACKEND_UNAVAILABLE and not required:
+                    # The probe killed the connection (a strict legacy server): remember, and retry.
+                    self._known_era = "legacy"
+                raise ConnectionError(f"server/discover probe failed: {exc.message}") from None
+            return False  # a legacy server that ignores requests before initialize
+        result = response.get("result")
+        if isinstance(result, dict):
+            versions = result.get("supportedVersions")
+            if isinstance(versions, list) and mcp_modern.LATEST_MODERN not in versions:
+                if required:
+                    raise ConnectionError(f"backend supports {versions}, not {mcp_modern.LATEST_MODERN}")
+                return False
+            meta = result.get("_meta") if isinstance(result.get("_meta"), dict) else {}
+            self.init_result = {
+                "protocolVersion": mcp_modern.LATEST_MODERN,
+                "capabilities": result.get("capabilities") if isinstance(result.get("capabilities"), dict) else {},
+                "serverInfo": meta.get(mcp_modern.SERVER_INFO_KEY) or {},
+                **({"instructions": result["instructions"]} if isinstance(result.get("instructions"), str) else {}),
+            }
+            return True
+        error = response.get("error") or {}
+        if error.get("code") in mcp_modern.MODERN_ERROR_CODES:
+            raise ConnectionError(f"backend refused the modern envelope: {error.get('message')}")
+        if required:
+            raise ConnectionError(f"backend does not serve 2026-07-28: {error.get('message')}")
+        return False
+
+    async def _listen_loop(self) -> None:
+        """A modern backend announces list changes and resource updates only on a
+        ``subscriptions/listen`` stream; keep one open, reopened with backoff when it ends."""
+        caps = self.capabilities
+        wanted = {
+            "toolsListChanged": bool((caps.get("tools") or {}).get("listChanged")),
+            "promptsListChanged": bool((caps.get("prompts") or {}).get("listChanged")),
+            "resourcesListChanged": bool((caps.get("resources") or {}).get("listChanged")),
+        }
+        if not any(wanted.values()) and not (caps.get("resources") or {}).get("subscribe"):
+            return
+        backoff = self.config.restart.initial_backoff_s
+        while self._ready.is_set() or self.state == "connecting":
+            await self._ready.wait()
+            params = {"notifications": {**wanted, "resourceSubscriptions": sorted(self.listen_resources)}}
+            owner = _ListenOwner(self)
+            pending = self.begin("subscriptions/listen", params, owner)
+            self._listen_pending = pending
+            try:
+                response = await self._roundtrip(pending, 365 * 86400.0)
+            except jsonrpc.RpcError as exc:
+                response = jsonrpc.error(None, exc.code, exc.message)
+            error = response.get("error")
+            if isinstance(error, dict) and error.get("code") == jsonrpc.METHOD_NOT_FOUND:
+                log.info("backend %s offers no subscriptions/listen; list changes will not be pushed", self.name)
+                return
+            if not owner.acknowledged:
+                backoff = min(backoff * 2, self.config.restart.max_backoff_s)
+            else:
+                backoff = self.config.restart.initial_backoff_s
+            await asyncio.sleep(backoff)
+
+    def relisten(self) -> None:
+        """The set of watched resources changed: reopen the listen stream with the new filter."""
+        pending = getattr(self, "_listen_pending", None)
+        if pending is not None and self.era == "modern":
+            self.cancel(pending, "subscription set changed")
 
     def _fail_all(self, reason: str) -> None:
         pending, self._pending = self._pending, {}
@@ -235,6 +360,9 @@ class BackendConnection:
                 client_token = meta["progressToken"]
                 # Clients choose tokens independently; the upstream id is unique on this connection.
                 params = {**params, "_meta": {**meta, "progressToken": upstream_id}}
+        if self.era == "modern":
+            level = owner.log_level if owner is not None and hasattr(owner, "log_level") else None
+            params = mcp_modern.stamp_request(params, GATEWAY_CLIENT_CAPABILITIES, self._client_info, level)
         message = jsonrpc.request(upstream_id, method, params)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         pending = Pending(upstream_id, message, future, owner, client_token)
@@ -251,13 +379,32 @@ class BackendConnection:
             )
         return await self._roundtrip(pending, timeout or self.config.timeout_s)
 
+    def _routing_headers(self, message: dict[str, Any]) -> dict[str, str] | None:
+        if self.era != "modern" or not self._http:
+            return None
+        method = message["method"]
+        params = message.get("params")
+        schema = self.tool_schemas.get(params.get("name")) if method == "tools/call" and params else None
+        headers = mcp_modern.request_headers(method, params, schema)
+        headers["MCP-Protocol-Version"] = mcp_modern.LATEST_MODERN
+        return headers
+
     async def _roundtrip(self, pending: Pending, timeout: float) -> dict[str, Any]:
         carrier = self._carrier
         try:
             async with asyncio.timeout(timeout):
                 if carrier is None:
                     raise CarrierClosed("not connected")
-                await carrier.send(pending.message)
+                pending.task = asyncio.current_task()
+                try:
+                    await carrier.send(pending.message, self._routing_headers(pending.message))
+                except asyncio.CancelledError:
+                    if not pending.interrupted:
+                        raise
+                    # cancel() cut the exchange short (for HTTP that closes the stream, which is
+                    # how the modern era cancels); the caller still gets its -32800 answer.
+                    asyncio.current_task().uncancel()  # type: ignore[union-attr]
+                pending.task = None
                 return await pending.future
         except TimeoutError:
             self._abandon(pending, "timed out in the gateway")
@@ -272,20 +419,30 @@ class BackendConnection:
             raise
 
     def _abandon(self, pending: Pending, reason: str) -> None:
+        if self.era == "modern" and self._http:
+            self._pending.pop(pending.upstream_id, None)  # the stream closing is the cancellation
+            return
         if self._pending.pop(pending.upstream_id, None) is not None and self._ready.is_set():
             self.spawn(self.notify("notifications/cancelled", {"requestId": pending.upstream_id, "reason": reason}))
 
     def cancel(self, pending: Pending, reason: str | None) -> None:
-        """A client cancelled: tell the backend and end the wait with -32800."""
+        """A client cancelled: tell the backend and end the wait with -32800.
+
+        Legacy backends get ``notifications/cancelled``; over HTTP the exchange in progress is also
+        cut, which closes its stream (the only cancellation the modern era has).
+        """
         params: dict[str, Any] = {"requestId": pending.upstream_id}
         if reason:
             params["reason"] = reason
-        if self._pending.pop(pending.upstream_id, None) is not None:
+        if self._pending.pop(pending.upstream_id, None) is not None and not (self.era == "modern" and self._http):
             self.spawn(self.notify("notifications/cancelled", params))
         if not pending.future.done():
             pending.future.set_result(
                 jsonrpc.error(pending.upstream_id, jsonrpc.REQUEST_CANCELLED, "Request cancelled")
             )
+        if pending.task is not None and not pending.task.done():
+            pending.interrupted = True
+            pending.task.cancel()
 
     async def request(
         self,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway import jsonrpc
@@ -184,7 +184,7 @@ class BuiltinCarrier(Carrier):
         self._inbound = inbound
         self._closed.clear()
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: dict[str, Any], headers: Mapping[str, str] | None = None) -> None:
         if self._inbound is None or self._closed.is_set():
             raise CarrierClosed("closed")
         if message.get("method") == "notifications/cancelled":

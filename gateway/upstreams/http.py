@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -71,16 +72,16 @@ class HttpCarrier(Carrier):
             self._reason = reason
             self._closed.set()
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: dict[str, Any], headers: Mapping[str, str] | None = None) -> None:
         if self._pool is None or self._closed.is_set():
             raise CarrierClosed(self._reason)
         is_request = "method" in message and "id" in message
         body = jsonrpc.dumps(message)
         try:
             if is_request:
-                await self._exchange(message, body)
+                await self._exchange(message, body, headers)
             else:
-                response = await self._pool.request("POST", self._target, self._headers(), body)
+                response = await self._pool.request("POST", self._target, {**self._headers(), **(headers or {})}, body)
                 await response.read()
                 if response.status == 404 and self._session_id:
                     self._die("backend ended the session (404)")
@@ -102,10 +103,11 @@ class HttpCarrier(Carrier):
         assert self._inbound
         self._inbound(jsonrpc.error(rpc_id, code, text), rpc_id)
 
-    async def _exchange(self, message: dict[str, Any], body: bytes) -> None:
+    async def _exchange(self, message: dict[str, Any], body: bytes, headers: Mapping[str, str] | None) -> None:
         assert self._pool and self._inbound
         rpc_id = message["id"]
-        response = await self._pool.request("POST", self._target, self._header_block(), body)
+        block = self._header_block() + encode_headers(headers) if headers else self._header_block()
+        response = await self._pool.request("POST", self._target, block, body)
         draining = False
         try:
             if message.get("method") == "initialize":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urljoin
 
@@ -86,7 +87,7 @@ class SseCarrier(Carrier):
                 endpoint_ready.set_exception(ConnectionError(self._reason))
             self._closed.set()
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: dict[str, Any], headers: Mapping[str, str] | None = None) -> None:
         if self._pool is None or self._endpoint is None or self._closed.is_set():
             raise CarrierClosed(self._reason)
         try:

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import signal
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -120,7 +121,7 @@ class StdioCarrier(Carrier):
                 return
             blog.info("%s", line.decode("utf-8", errors="replace").rstrip())
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: dict[str, Any], headers: Mapping[str, str] | None = None) -> None:
         proc = self._proc
         if proc is None or proc.stdin is None or self._closed.is_set():
             raise CarrierClosed(self._reason)

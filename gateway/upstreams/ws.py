@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -62,7 +63,7 @@ class WsCarrier(Carrier):
         finally:
             self._closed.set()
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: dict[str, Any], headers: Mapping[str, str] | None = None) -> None:
         if self._ws is None or self._closed.is_set():
             raise CarrierClosed(self._reason)
         try:

@@ -1,0 +1,301 @@
+"""MCP 2026-07-28 ("modern", stateless): per-request envelope, header rules, result stamping.
+
+Everything that is particular to the modern era lives here, for both directions: validating what
+a modern client sends (``_meta`` keys, ``MCP-Protocol-Version``/``Mcp-Method``/``Mcp-Name`` and
+``Mcp-Param-*`` headers that must mirror the body), stamping what it receives (``resultType``,
+caching hints), and building the envelope and headers the gateway sends to modern backends.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from adapters.mcp import LEGACY_VERSIONS
+
+MODERN_VERSIONS = ("2026-07-28",)
+LATEST_MODERN = MODERN_VERSIONS[-1]
+
+PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
+CLIENT_INFO_KEY = "io.modelcontextprotocol/clientInfo"
+LOG_LEVEL_KEY = "io.modelcontextprotocol/logLevel"
+SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
+SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+
+HEADER_MISMATCH = -32020
+MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
+UNSUPPORTED_PROTOCOL_VERSION = -32022
+MODERN_ERROR_CODES = frozenset({HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY, UNSUPPORTED_PROTOCOL_VERSION})
+
+# Methods whose target is mirrored in the Mcp-Name header, and where the body keeps it.
+NAME_FIELD = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+# Results that carry caching hints (SEP-2549) and the defaults the gateway applies.
+CACHEABLE = frozenset({"tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"})
+DEFAULT_TTL_MS = 0
+# Methods of the legacy era that the modern era removed.
+REMOVED_METHODS = frozenset({"initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
+
+X_MCP_HEADER = "x-mcp-header"
+PARAM_HEADER_PREFIX = "mcp-param-"
+_B64 = re.compile(r"^=\?base64\?(?P<payload>[A-Za-z0-9+/]*={0,2})\?=$")
+_SAFE = re.compile(r"^[\x20-\x7e]*$")
+
+
+class ModernRejection(Exception):
+    """A modern request refused before dispatch: HTTP status and the JSON-RPC error to answer with."""
+
+    def __init__(self, status: int, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+def is_modern_version(version: Any) -> bool:
+    return isinstance(version, str) and version in MODERN_VERSIONS
+
+
+def looks_modern(header_version: str | None, message: Any) -> bool:
+    """Whether a session-less POST is a modern request (rather than a legacy one missing its session).
+
+    A version header that is not a legacy version counts as modern, so that an unknown version is
+    answered with -32022 and the supported list rather than with "session required".
+    """
+    if header_version is not None and header_version not in LEGACY_VERSIONS:
+        return True
+    if isinstance(message, dict):
+        params = message.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        if isinstance(meta, dict) and PROTOCOL_VERSION_KEY in meta:
+            return True
+    return False
+
+
+# ---- header values --------------------------------------------------------------------------
+
+
+def encode_header_value(value: str) -> str:
+    """Plain when it survives an HTTP field verbatim, else the ``=?base64?...?=`` form."""
+    if _SAFE.fullmatch(value) and value == value.strip() and not _B64.fullmatch(value):
+        return value
+    return f"=?base64?{base64.b64encode(value.encode()).decode()}?="
+
+
+def decode_header_value(value: str) -> str | None:
+    """The header's text; None for a malformed base64 form (which then matches nothing)."""
+    match = _B64.fullmatch(value)
+    if match is None:
+        return value
+    payload = match.group("payload")
+    try:
+        raw = base64.b64decode(payload, validate=True)
+    except binascii.Error:
+        return None
+    if base64.b64encode(raw).decode() != payload:
+        return None
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def render_scalar(value: Any) -> str | None:
+    """How an argument value is mirrored into a header (booleans lowercase), None if it cannot be."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    return None
+
+
+def param_header_paths(input_schema: Any) -> dict[tuple[str, ...], str]:
+    """``x-mcp-header`` annotations of a tool's input schema: property path -> header token.
+
+    Only properties reached from the root through plain ``properties`` chains count, as the spec
+    requires; anything else is not a declared header.
+    """
+    found: dict[tuple[str, ...], str] = {}
+
+    def walk(schema: Any, path: tuple[str, ...]) -> None:
+        if not isinstance(schema, dict):
+            return
+        token = schema.get(X_MCP_HEADER)
+        if path and isinstance(token, str) and token:
+            found[path] = token
+        props = schema.get("properties")
+        if isinstance(props, dict):
+            for name, sub in props.items():
+                walk(sub, (*path, name))
+
+    walk(input_schema, ())
+    return found
+
+
+def _value_at(arguments: Any, path: tuple[str, ...]) -> Any:
+    node = arguments
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def param_headers(input_schema: Any, arguments: Any) -> dict[str, str]:
+    """The ``Mcp-Param-*`` headers a ``tools/call`` with these arguments must carry."""
+    headers = {}
+    for path, token in param_header_paths(input_schema).items():
+        rendered = render_scalar(_value_at(arguments, path))
+        if rendered is not None:
+            headers[f"Mcp-Param-{token}"] = encode_header_value(rendered)
+    return headers
+
+
+# ---- validating a modern request --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """What a modern request says about its client, from ``params._meta``."""
+
+    version: str
+    capabilities: dict[str, Any]
+    client_info: dict[str, Any]
+    log_level: str | None
+
+
+def read_envelope(message: dict[str, Any]) -> Envelope:
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if not isinstance(meta, dict):
+        raise ModernRejection(400, -32602, "Invalid params: params._meta is required")
+    version = meta.get(PROTOCOL_VERSION_KEY)
+    if version is None:
+        raise ModernRejection(400, -32602, f"Invalid params: _meta[{PROTOCOL_VERSION_KEY!r}] is required")
+    if not is_modern_version(version):
+        raise ModernRejection(
+            400,
+            UNSUPPORTED_PROTOCOL_VERSION,
+            f"Unsupported protocol version: {version!r}",
+            {"supported": list(MODERN_VERSIONS), "requested": version},
+        )
+    capabilities = meta.get(CLIENT_CAPABILITIES_KEY)
+    if not isinstance(capabilities, dict):
+        raise ModernRejection(400, -32602, f"Invalid params: _meta[{CLIENT_CAPABILITIES_KEY!r}] must be an object")
+    info = meta.get(CLIENT_INFO_KEY)
+    level = meta.get(LOG_LEVEL_KEY)
+    return Envelope(
+        version, capabilities, info if isinstance(info, dict) else {}, level if isinstance(level, str) else None
+    )
+
+
+def check_headers(headers: Mapping[str, str], message: dict[str, Any], envelope: Envelope) -> None:
+    """The routing headers must agree with the body (else 400, -32020)."""
+    version = headers.get("mcp-protocol-version")
+    if version is not None and version != envelope.version:
+        raise ModernRejection(
+            400,
+            HEADER_MISMATCH,
+            f"MCP-Protocol-Version header {version!r} does not match _meta protocol version {envelope.version!r}",
+        )
+    method = message.get("method")
+    header_method = headers.get("mcp-method")
+    if header_method is None:
+        raise ModernRejection(400, HEADER_MISMATCH, "Mcp-Method header is required")
+    if header_method != method:
+        raise ModernRejection(400, HEADER_MISMATCH, f"Mcp-Method header {header_method!r} does not match {method!r}")
+    field = NAME_FIELD.get(str(method))
+    if field is not None:
+        params = message.get("params") or {}
+        target = params.get(field) if isinstance(params, dict) else None
+        header_name = headers.get("mcp-name")
+        if header_name is None:
+            raise ModernRejection(400, HEADER_MISMATCH, f"Mcp-Name header is required for {method}")
+        if decode_header_value(header_name) != target:
+            raise ModernRejection(400, HEADER_MISMATCH, f"Mcp-Name header does not match params.{field}")
+
+
+def check_param_headers(headers: Mapping[str, str], input_schema: Any, arguments: Any) -> None:
+    """Every ``x-mcp-header`` argument must be mirrored exactly; no undeclared ``Mcp-Param-*`` may appear."""
+    declared = param_header_paths(input_schema)
+    expected = {token.lower(): path for path, token in declared.items()}
+    for name in headers:
+        if not name.startswith(PARAM_HEADER_PREFIX):
+            continue
+        token = name[len(PARAM_HEADER_PREFIX) :]
+        if token not in expected:
+            raise ModernRejection(400, HEADER_MISMATCH, f"Mcp-Param-{token} is not declared by the tool's input schema")
+    for token, path in expected.items():
+        rendered = render_scalar(_value_at(arguments, path))
+        sent = headers.get(PARAM_HEADER_PREFIX + token)
+        if rendered is None:
+            if sent is not None:
+                raise ModernRejection(400, HEADER_MISMATCH, f"Mcp-Param-{token} sent for an argument that is absent")
+            continue
+        if sent is None:
+            raise ModernRejection(400, HEADER_MISMATCH, f"Mcp-Param-{token} header is required")
+        if decode_header_value(sent) != rendered:
+            raise ModernRejection(400, HEADER_MISMATCH, f"Mcp-Param-{token} header does not match the argument")
+
+
+# ---- results ----------------------------------------------------------------------------------
+
+
+def stamp_result(method: str | None, result: Any) -> Any:
+    """Every modern result names its type; cacheable ones carry caching hints."""
+    if not isinstance(result, dict):
+        return result
+    stamped = result if "resultType" in result else {**result, "resultType": "complete"}
+    if method in CACHEABLE and ("ttlMs" not in stamped or "cacheScope" not in stamped):
+        stamped = {"ttlMs": DEFAULT_TTL_MS, "cacheScope": "private", **stamped}
+    return stamped
+
+
+def strip_modern_fields(result: Any) -> Any:
+    """A modern backend's result as a legacy client should see it."""
+    if not isinstance(result, dict) or not any(k in result for k in ("resultType", "ttlMs", "cacheScope")):
+        return result
+    return {k: v for k, v in result.items() if k not in ("resultType", "ttlMs", "cacheScope")}
+
+
+# ---- toward modern backends -------------------------------------------------------------------
+
+
+def envelope_meta(
+    capabilities: dict[str, Any], client_info: dict[str, Any], log_level: str | None = None
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        PROTOCOL_VERSION_KEY: LATEST_MODERN,
+        CLIENT_CAPABILITIES_KEY: capabilities,
+        CLIENT_INFO_KEY: client_info,
+    }
+    if log_level:
+        meta[LOG_LEVEL_KEY] = log_level
+    return meta
+
+
+def stamp_request(
+    params: dict[str, Any] | None, capabilities: dict[str, Any], client_info: dict[str, Any], log_level: str | None
+) -> dict[str, Any]:
+    params = dict(params or {})
+    existing = params.get("_meta")
+    meta = dict(existing) if isinstance(existing, dict) else {}
+    meta.update(envelope_meta(capabilities, client_info, log_level))
+    params["_meta"] = meta
+    return params
+
+
+def request_headers(method: str, params: dict[str, Any] | None, input_schema: Any = None) -> dict[str, str]:
+    """Routing headers a modern request must carry (besides MCP-Protocol-Version)."""
+    headers = {"Mcp-Method": method}
+    field = NAME_FIELD.get(method)
+    if field is not None and params is not None and isinstance(params.get(field), str):
+        headers["Mcp-Name"] = encode_header_value(params[field])
+    if method == "tools/call" and input_schema is not None and params is not None:
+        headers.update(param_headers(input_schema, params.get("arguments")))
+    return headers
