@@ -169,7 +169,9 @@ class Envelope:
     log_level: str | None
 
 
-def read_envelope(message: dict[str, Any]) -> Envelope:
+def read_envelope(message: dict[str, Any], header_version: str | None = None) -> Envelope:
+    """The client envelope of a modern request. The version header is compared first: a header that
+    disagrees with the body is a mismatch (-32020) whatever the versions are."""
     params = message.get("params")
     meta = params.get("_meta") if isinstance(params, dict) else None
     if not isinstance(meta, dict):
@@ -177,6 +179,12 @@ def read_envelope(message: dict[str, Any]) -> Envelope:
     version = meta.get(PROTOCOL_VERSION_KEY)
     if version is None:
         raise ModernRejection(400, -32602, f"Invalid params: _meta[{PROTOCOL_VERSION_KEY!r}] is required")
+    if header_version is not None and header_version.strip(" \t") != version:
+        raise ModernRejection(
+            400,
+            HEADER_MISMATCH,
+            f"MCP-Protocol-Version header {header_version!r} does not match _meta protocol version {version!r}",
+        )
     if not is_modern_version(version):
         raise ModernRejection(
             400,
@@ -195,16 +203,10 @@ def read_envelope(message: dict[str, Any]) -> Envelope:
 
 
 def check_headers(headers: Mapping[str, str], message: dict[str, Any], envelope: Envelope) -> None:
-    """The routing headers must agree with the body (else 400, -32020)."""
-    version = headers.get("mcp-protocol-version")
-    if version is not None and version != envelope.version:
-        raise ModernRejection(
-            400,
-            HEADER_MISMATCH,
-            f"MCP-Protocol-Version header {version!r} does not match _meta protocol version {envelope.version!r}",
-        )
+    """The routing headers must agree with the body (else 400, -32020). Values are compared after
+    removing the optional whitespace HTTP allows around a field value."""
     method = message.get("method")
-    header_method = headers.get("mcp-method")
+    header_method = _field(headers, "mcp-method")
     if header_method is None:
         raise ModernRejection(400, HEADER_MISMATCH, "Mcp-Method header is required")
     if header_method != method:
@@ -213,11 +215,16 @@ def check_headers(headers: Mapping[str, str], message: dict[str, Any], envelope:
     if field is not None:
         params = message.get("params") or {}
         target = params.get(field) if isinstance(params, dict) else None
-        header_name = headers.get("mcp-name")
+        header_name = _field(headers, "mcp-name")
         if header_name is None:
             raise ModernRejection(400, HEADER_MISMATCH, f"Mcp-Name header is required for {method}")
         if decode_header_value(header_name) != target:
             raise ModernRejection(400, HEADER_MISMATCH, f"Mcp-Name header does not match params.{field}")
+
+
+def _field(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    return value.strip(" \t") if value is not None else None
 
 
 def check_param_headers(headers: Mapping[str, str], input_schema: Any, arguments: Any) -> None:
@@ -232,7 +239,7 @@ def check_param_headers(headers: Mapping[str, str], input_schema: Any, arguments
             raise ModernRejection(400, HEADER_MISMATCH, f"Mcp-Param-{token} is not declared by the tool's input schema")
     for token, path in expected.items():
         rendered = render_scalar(_value_at(arguments, path))
-        sent = headers.get(PARAM_HEADER_PREFIX + token)
+        sent = _field(headers, PARAM_HEADER_PREFIX + token)
         if rendered is None:
             if sent is not None:
                 raise ModernRejection(400, HEADER_MISMATCH, f"Mcp-Param-{token} sent for an argument that is absent")

@@ -13,6 +13,7 @@ from gateway.bus import Bus, make_bus
 from gateway.config import Config
 from gateway.federation import BackendCatalog, Namer, View
 from gateway.metrics import Metrics
+from gateway.mrtr import Parking
 from gateway.router import Router
 from gateway.sessions import ClientSession, SessionStore
 from gateway.upstreams import make_carrier
@@ -32,6 +33,7 @@ class Gateway:
         self.bus = bus or make_bus(config.bus.kind, config.bus.url, config.bus.prefix)
         self.legacy_versions = LEGACY_VERSIONS
         self.router = Router(self)
+        self.parking = Parking(config.limits.client_request_timeout_s)
         self.sessions = SessionStore(config.limits, self._session_ended)
         names = tuple(config.backends)
         fed = config.federation
@@ -57,6 +59,7 @@ class Gateway:
         self.sessions.start()
 
     async def stop(self) -> None:
+        self.parking.close()
         await self.sessions.stop()
         await asyncio.gather(*(conn.close() for conn in self.connections.values()), return_exceptions=True)
         await self.bus.close()

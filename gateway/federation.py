@@ -149,6 +149,7 @@ class Merged:
     items: list[dict[str, Any]]
     index: dict[str, tuple[str, str]]
     collisions: dict[str, list[str]] = field(default_factory=dict)
+    by_key: dict[str, dict[str, Any]] = field(default_factory=dict)  # exposed key -> exposed item
 
 
 class View:
@@ -186,6 +187,7 @@ class View:
             backend, exposed, original = entries[0]
             merged.items.append(exposed)
             merged.index[exposed_key] = (backend, original)
+            merged.by_key[exposed_key] = exposed
         for exposed_key, backends in merged.collisions.items():
             tag = f"{kind}:{exposed_key}"
             if tag not in self._reported:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import adapters
 from adapters import mcp as mcp_adapter
-from adapters import mcp_modern
+from adapters import mcp_draft, mcp_modern
 from gateway import jsonrpc
 from gateway.channels import Channel
 from gateway.events import Event
@@ -92,7 +92,13 @@ class CallSink:
 
     @property
     def log_level(self) -> str | None:
-        """The level a modern backend is asked to log at for this call (legacy: setLevel)."""
+        """The level a modern backend is asked to log at for this call.
+
+        A legacy client that never called setLevel leaves logging to the server's discretion; a
+        modern backend logs nothing without a level, so the gateway asks for ``info`` on its behalf.
+        """
+        if self.session.log_level is None and not self.session.mrtr:
+            return "info"
         return self.session.log_level
 
     def deliver(self, message: dict[str, Any]) -> None:
@@ -155,6 +161,29 @@ class Router:
         if shape in (jsonrpc.Shape.RESPONSE, jsonrpc.Shape.ERROR):
             self._client_response(session, message)
             return None
+        message, alias = mcp_draft.normalize(message)
+        if alias is not None:
+            if message.get("method", "").startswith("notifications/"):
+                shape = jsonrpc.Shape.NOTIFICATION
+            if alias == "initialize":
+                session.draft = True
+            if alias in mcp_draft.LOCAL_METHODS:
+                return self._draft_lifecycle(session, message, alias)
+        response = await self._handle(session, message, shape, channel)
+        if alias is not None and response is not None:
+            response = mcp_draft.reshape_response(alias, response, self._gw.server_identity(session.view)["serverInfo"])
+        return response
+
+    def _draft_lifecycle(self, session: ClientSession, message: dict[str, Any], alias: str) -> dict[str, Any] | None:
+        """``shutdown`` is answered with null; ``exit`` ends the session (the draft's lifecycle)."""
+        if alias == "exit":
+            self._gw.sessions.end(session)
+            return None
+        return jsonrpc.result(message.get("id"), None) if "id" in message else None
+
+    async def _handle(
+        self, session: ClientSession, message: dict[str, Any], shape: jsonrpc.Shape, channel: Channel
+    ) -> dict[str, Any] | None:
         event = adapters.annotate(
             mcp_adapter.decode(message, shape, session=session.id, principal=session.principal.name)
         )
@@ -384,6 +413,21 @@ class Router:
             raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, f"Unknown ref type {ref.get('type')!r}")
         return await self._forward(session, event, backend, {**event.params, "ref": new_ref}, channel)
 
+    def add_subscription(self, session: ClientSession, backend: str, uri: str) -> None:
+        """Record that ``session`` wants ``notifications/resources/updated`` for (backend, uri), and
+        make sure the backend is watching it (listen filter for modern backends)."""
+        key = (backend, uri)
+        first = key not in self._subscriptions
+        self._subscriptions.setdefault(key, set()).add(session.id)
+        session.subscriptions.add(key)
+        conn = self._gw.connections[backend]
+        if first and conn.state == "ready":
+            if conn.era == "modern":
+                conn.listen_resources.add(uri)
+                conn.relisten()
+            else:
+                conn.spawn(conn.request("resources/subscribe", {"uri": uri}, timeout=10.0))
+
     async def _subscribe(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
         exposed = event.params.get("uri")
         backend, original = await self._resolve_uri(session.view, exposed)
@@ -457,6 +501,8 @@ class Router:
                 f"too many requests in flight on this session (limit {self._limits.max_inflight_per_session})",
             )
         method = event.method or ""
+        if session.mrtr:
+            return await self._forward_for_modern_client(session, event, backend, conn, params, channel)
         response = await self._call(session, event.rpc_id, conn, method, params, channel)
         if conn.era == "modern":
             response = await self._fulfil_input_requests(session, event.rpc_id, conn, method, params, channel, response)
@@ -468,6 +514,144 @@ class Router:
         else:
             error = response.get("error")
             out = {"jsonrpc": "2.0", "id": event.rpc_id, "error": error if isinstance(error, dict) else {}}
+        out["_sb_backend"] = backend
+        return out
+
+    async def _forward_for_modern_client(
+        self,
+        session: ClientSession,
+        event: Event,
+        backend: str,
+        conn: BackendConnection,
+        params: dict[str, Any] | None,
+        channel: Channel,
+    ) -> dict[str, Any]:
+        """A modern client: requests for input become ``input_required`` results, never requests."""
+        method = event.method or ""
+        parking = self._gw.parking
+        principal = session.principal.name
+        state = (params or {}).get("requestState")
+        responses = (params or {}).get("inputResponses")
+        clean = {k: v for k, v in (params or {}).items() if k not in ("requestState", "inputResponses")}
+        if conn.era == "modern":
+            # Both ends speak MRTR: pass it through, with the backend's state wrapped and bound.
+            forward = dict(clean)
+            if state is not None:
+                forward["requestState"] = parking.unwrap(state, principal, backend)
+            if responses is not None:
+                forward["inputResponses"] = responses
+            response = await self._call(session, event.rpc_id, conn, method, forward, channel)
+            result = response.get("result")
+            if isinstance(result, dict) and isinstance(result.get("requestState"), str):
+                response = {
+                    **response,
+                    "result": {**result, "requestState": parking.wrap(result["requestState"], principal, backend)},
+                }
+            return self._finish(session, event.rpc_id, backend, method, response)
+        if state is not None:
+            parked = parking.resume(state, principal, backend, method)
+            answers = responses if isinstance(responses, dict) else {}
+            for key, gid in list(parked.keys.items()):
+                if key not in answers:
+                    continue
+                out = parked.session.outgoing.pop(gid, None)
+                if out is not None and out.conn is not None:
+                    out.conn.spawn(out.conn.send(jsonrpc.result(out.upstream_id, answers[key])))
+                del parked.keys[key]
+            work_session, sink, task = parked.session, parked.sink, parked.task
+            work_session.client_capabilities = session.client_capabilities
+            work_session.log_level = session.log_level
+            sink.channel = channel
+            if parked.keys:  # some answers are missing: ask for exactly those again
+                return self._input_required(
+                    event.rpc_id,
+                    parking.park(
+                        backend=backend,
+                        method=method,
+                        principal=principal,
+                        task=task,
+                        session=work_session,
+                        sink=sink,
+                        keys=parked.keys,
+                        requests={k: parked.requests[k] for k in parked.keys},
+                    ),
+                    {k: parked.requests[k] for k in parked.keys},
+                )
+        else:
+            work_session = session
+            sink = CallSink(session, channel)
+            pending = conn.begin(method, clean or None, sink)
+            task = asyncio.ensure_future(conn.call(pending))
+            session.inflight[event.rpc_id] = (conn, pending)
+        return await self._await_or_park(work_session, event.rpc_id, backend, method, task, sink)
+
+    async def _await_or_park(
+        self,
+        session: ClientSession,
+        client_id: Any,
+        backend: str,
+        method: str,
+        task: asyncio.Future[dict[str, Any]],
+        sink: CallSink,
+    ) -> dict[str, Any]:
+        if session.input_ready is None:
+            session.input_ready = asyncio.Event()
+        while not session.input_requests and not session.missing_capabilities:
+            session.input_ready.clear()
+            waiter = asyncio.ensure_future(session.input_ready.wait())
+            try:
+                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                task.cancel()  # the client closed its stream: that cancels the backend call too
+                raise
+            finally:
+                waiter.cancel()
+            if task.done():
+                session.inflight.pop(client_id, None)
+                return self._finish(session, client_id, backend, method, task.result())
+        if session.missing_capabilities:
+            task.cancel()
+            session.inflight.pop(client_id, None)
+            missing = sorted(set(session.missing_capabilities))
+            raise jsonrpc.RpcError(
+                mcp_modern.MISSING_REQUIRED_CLIENT_CAPABILITY,
+                f"this request needs the client capabilities {missing}, which the request did not declare",
+                {"requiredCapabilities": missing},
+            )
+        await asyncio.sleep(0)  # let requests the backend sent together arrive together
+        keys: dict[str, str] = {}
+        requests: dict[str, Any] = {}
+        for n, (gid, req_method, req_params) in enumerate(session.input_requests, 1):
+            key = f"input-{n}"
+            keys[key] = gid
+            requests[key] = {"method": req_method, **({"params": req_params} if req_params is not None else {})}
+        session.input_requests.clear()
+        state = self._gw.parking.park(
+            backend=backend,
+            method=method,
+            principal=session.principal.name,
+            task=task,  # type: ignore[arg-type]
+            session=session,
+            sink=sink,
+            keys=keys,
+            requests=requests,
+        )
+        return self._input_required(client_id, state, requests)
+
+    @staticmethod
+    def _input_required(client_id: Any, state: str, requests: dict[str, Any]) -> dict[str, Any]:
+        return jsonrpc.result(
+            client_id, {"resultType": "input_required", "inputRequests": requests, "requestState": state}
+        )
+
+    def _finish(
+        self, session: ClientSession, client_id: Any, backend: str, method: str, response: dict[str, Any]
+    ) -> dict[str, Any]:
+        if "result" in response:
+            out = jsonrpc.result(client_id, rewrite_result(session.view.namer, backend, method, response["result"]))
+        else:
+            error = response.get("error")
+            out = {"jsonrpc": "2.0", "id": client_id, "error": error if isinstance(error, dict) else {}}
         out["_sb_backend"] = backend
         return out
 
@@ -682,9 +866,21 @@ class Router:
             return
         if needed is not None and needed not in session.client_capabilities:
             self._refuse(conn, upstream_id, f"the client did not declare the {needed!r} capability")
+            if session.mrtr:
+                # A modern client is told which capability its request needs (-32021).
+                session.missing_capabilities.append(needed)
+                if session.input_ready is not None:
+                    session.input_ready.set()
             return
         gid = session.next_outgoing_id()
         out = Outgoing(conn, upstream_id, method)
+        if session.mrtr:
+            # Collected, not sent: the modern client gets them as an input_required result.
+            session.outgoing[gid] = out
+            session.input_requests.append((gid, method, message.get("params")))
+            if session.input_ready is not None:
+                session.input_ready.set()
+            return
         out.timer = asyncio.get_running_loop().call_later(
             self._limits.client_request_timeout_s,
             self._drop_outgoing,

@@ -66,14 +66,30 @@ class ClientSession:
         self.created = self.last_seen = time.monotonic()
         self.inflight: dict[Any, tuple[BackendConnection, Pending]] = {}
         self.outgoing: dict[str, Outgoing] = {}
-        self.subscriptions: set[str] = set()
+        self.subscriptions: set[tuple[str, str]] = set()
         self.closed = False
+        # Modern (2026-07-28) clients cannot be asked mid-request: a backend's request to them is
+        # collected here and turned into an input_required result (see gateway/mrtr.py).
+        self.mrtr = False
+        self.input_requests: list[tuple[str, str, Any]] = []
+        self.input_ready: asyncio.Event | None = None
+        self.missing_capabilities: list[str] = []
+        # A client that introduced itself in the seed draft's words gets the draft's shapes back.
+        self.draft = False
         self._short = session_id[:8]
         self._stream_ids = itertools.count(1)
         self._out_ids = itertools.count(1)
         self.standalone = Channel(f"{self._short}-0", limits.session_queue, limits.sse_replay_events)
         self.streams: OrderedDict[str, Channel] = OrderedDict()
         self._on_close: list[Callable[[ClientSession], None]] = []
+
+    def render(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        """A message as this client's dialect expects it on the wire (None: not for it)."""
+        if self.draft:
+            from adapters.mcp_draft import render_outbound
+
+            return render_outbound(message)
+        return message
 
     def touch(self) -> None:
         self.last_seen = time.monotonic()
@@ -108,9 +124,10 @@ class ClientSession:
         return f"sb-{self._short}-{next(self._out_ids)}"
 
     def wants_log(self, level: Any) -> bool:
-        return self.log_level is None or level_rank(level if isinstance(level, str) else None) >= level_rank(
-            self.log_level
-        )
+        if self.log_level is None:
+            # Legacy: the server decides until setLevel. Modern: no logLevel in _meta, no logs.
+            return not self.mrtr
+        return level_rank(level if isinstance(level, str) else None) >= level_rank(self.log_level)
 
     def on_close(self, callback: Callable[[ClientSession], None]) -> None:
         self._on_close.append(callback)

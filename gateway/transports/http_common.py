@@ -73,8 +73,9 @@ async def send_rpc_error(
     message: str,
     rpc_id: Any = None,
     extra: Iterable[tuple[str, str]] = (),
+    data: Any = None,
 ) -> None:
-    await send_bytes(send, status, jsonrpc.dumps(jsonrpc.error(rpc_id, code, message)), extra=extra)
+    await send_bytes(send, status, jsonrpc.dumps(jsonrpc.error(rpc_id, code, message, data)), extra=extra)
 
 
 class OriginGuard:

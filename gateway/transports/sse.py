@@ -115,7 +115,11 @@ class LegacySseDoor:
                 if not batch:
                     break
                 after = batch[-1][0]
-                body = b"".join(sse.encode(jsonrpc.dumps(m), event="message") for _, m in batch)
+                body = b"".join(
+                    sse.encode(jsonrpc.dumps(rendered), event="message")
+                    for _, m in batch
+                    if (rendered := session.render(m)) is not None
+                )
                 channel.writing = True
                 await send({"type": "http.response.body", "body": body, "more_body": True})
                 channel.writing = False

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from adapters.mcp_modern import looks_modern
 from gateway import jsonrpc, sse
 from gateway.channels import Channel, ChannelOverflow
 from gateway.transports.http_common import (
@@ -31,6 +32,7 @@ from gateway.transports.http_common import (
     send_bytes,
     send_rpc_error,
 )
+from gateway.transports.streamable_http_modern import ModernExchange
 
 if TYPE_CHECKING:
     from gateway.core import Gateway
@@ -55,6 +57,7 @@ class StreamableHttpDoor:
         self._view_of = view_of
         self._guard = OriginGuard(gateway.config)
         self._limits = gateway.config.limits
+        self._modern = ModernExchange(gateway, self)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -68,6 +71,14 @@ class StreamableHttpDoor:
             await send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "No such server")
             return
         method = scope["method"]
+        if method in ("GET", "DELETE") and not header(scope, b"mcp-session-id"):
+            version = header(scope, b"mcp-protocol-version")
+            if version is not None and looks_modern(version, None):
+                # The modern era is POST only: no standalone stream, no session to delete.
+                await send_rpc_error(
+                    send, 405, jsonrpc.INVALID_REQUEST, "Method Not Allowed", extra=[("allow", "POST")]
+                )
+                return
         if method == "POST":
             await self._post(scope, receive, send, view)
         elif method == "GET":
@@ -138,6 +149,14 @@ class StreamableHttpDoor:
             rpc_id = message.get("id") if isinstance(message, dict) else None
             await send_rpc_error(send, 400, exc.code, exc.message, rpc_id if jsonrpc.valid_id(rpc_id) else None)
             return
+        version_header = header(scope, b"mcp-protocol-version")
+        is_initialize = shape is jsonrpc.Shape.REQUEST and message["method"] == "initialize"
+        if not header(scope, b"mcp-session-id") and (
+            # initialize selects the legacy era, unless it comes dressed as a modern request.
+            looks_modern(version_header, None) if is_initialize else looks_modern(version_header, message)
+        ):
+            await self._modern.handle(scope, receive, send, view, message, shape)
+            return
         extra: list[tuple[str, str]] = []
         if shape is jsonrpc.Shape.REQUEST and message["method"] == "initialize":
             if header(scope, b"mcp-session-id"):
@@ -197,38 +216,75 @@ class StreamableHttpDoor:
         session: ClientSession,
         message: dict[str, Any],
         extra: list[tuple[str, str]],
+        finish: Callable[[dict[str, Any]], tuple[int, dict[str, Any]]] | None = None,
+        cancel_on_disconnect: bool = False,
     ) -> None:
         """Run the call in this task. Only if something precedes the result does a writer task
-        start an SSE response (at once, so nothing is buffered); otherwise the answer is JSON."""
-        channel = session.new_stream(resumable=False)
+        start an SSE response (at once, so nothing is buffered); otherwise the answer is JSON.
+
+        ``finish`` maps the final response to (HTTP status, response) (the modern era stamps
+        results and maps error codes to statuses). With ``cancel_on_disconnect`` a client that
+        closes its connection cancels the call (the modern era's only cancellation).
+        """
+        channel = session.new_stream(resumable=not session.mrtr)
+        if session.mrtr:
+            session.streams.pop(channel.id, None)
         channel.attached = True
         writer: asyncio.Task[None] | None = None
+        gone: asyncio.Task[None] | None = None
+        if cancel_on_disconnect:
+            gone = asyncio.create_task(_wait_disconnect(receive))
+            me = asyncio.current_task()
+            assert me is not None
+            gone.add_done_callback(lambda t: me.cancel() if not t.cancelled() else None)
 
         def start_streaming() -> None:
             nonlocal writer
-            session.keep_stream(channel)
-            writer = asyncio.create_task(self._sse_response(scope, receive, send, session, channel, extra))
+            if not session.mrtr:
+                session.keep_stream(channel)
+            writer = asyncio.create_task(self._sse_response(scope, receive, send, session, channel, extra, gone))
 
         channel.on_first_push = start_streaming
         try:
             response = await self._gw.router.handle(session, message, jsonrpc.Shape.REQUEST, channel)
+        except asyncio.CancelledError:
+            if gone is None or not gone.done() or gone.cancelled():
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            channel.close()
+            if writer is not None:
+                writer.cancel()
+            return  # the client left: the call was cancelled, there is no one to answer
         except Exception:
             log.exception("request %s failed inside the gateway", message.get("method"))
             response = jsonrpc.error(message.get("id"), jsonrpc.INTERNAL_ERROR, "Internal error in the gateway")
-        channel.on_first_push = None
+        finally:
+            channel.on_first_push = None
+        status = 200
+        if response is not None and finish is not None:
+            status, response = finish(response)
         if writer is None:
+            if gone is not None:
+                gone.cancel()
             channel.close()
             channel.attached = False
             if response is not None:
                 try:
-                    await send_bytes(send, 200, jsonrpc.dumps(response), extra=extra)
+                    await send_bytes(send, status, jsonrpc.dumps(response), extra=extra)
                 except OSError:
                     pass  # the client left; the answer has nowhere to go
             return
         if response is not None:
             channel.push(response)
         channel.close()
-        await writer
+        try:
+            await writer
+        except asyncio.CancelledError:
+            if gone is None or not gone.done() or gone.cancelled():
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+        if gone is not None:
+            gone.cancel()
 
     async def _sse_response(
         self,
@@ -238,24 +294,28 @@ class StreamableHttpDoor:
         session: ClientSession,
         channel: Channel,
         extra: list[tuple[str, str]],
+        gone: asyncio.Task[None] | None = None,
     ) -> None:
-        gone = asyncio.create_task(_wait_disconnect(receive))
+        own_watch = gone is None
+        watch = gone if gone is not None else asyncio.create_task(_wait_disconnect(receive))
         try:
             await send({"type": "http.response.start", "status": 200, "headers": _sse_headers(extra)})
-            if (session.protocol_version or "") >= _PRIMING_FROM:
+            if not session.mrtr and (session.protocol_version or "") >= _PRIMING_FROM:
                 prime = sse.encode(b"", id=f"{channel.id}-0")
                 await send({"type": "http.response.body", "body": prime, "more_body": True})
-            await self._stream(scope, send, channel, 0, None, gone)
+            await self._stream(scope, send, session, channel, 0, None, watch)
         except OSError:
             pass
         finally:
             channel.attached = False
-            gone.cancel()
+            if own_watch:
+                watch.cancel()
 
     async def _stream(
         self,
         scope: Scope,
         send: Send,
+        session: ClientSession,
         channel: Channel,
         after: int,
         batch: list[tuple[int, dict[str, Any]]] | None,
@@ -263,6 +323,7 @@ class StreamableHttpDoor:
     ) -> None:
         """Write events after ``after`` until the channel ends, the client leaves or stops reading."""
         channel.on_overflow = drop_hook(scope)
+        render = session.render
         try:
             while True:
                 if batch is None:
@@ -274,7 +335,11 @@ class StreamableHttpDoor:
                         break
                     body = sse.KEEPALIVE
                 else:
-                    body = b"".join(sse.encode(jsonrpc.dumps(m), id=f"{channel.id}-{seq}") for seq, m in batch)
+                    body = b"".join(
+                        sse.encode(jsonrpc.dumps(rendered), id=f"{channel.id}-{seq}")
+                        for seq, m in batch
+                        if (rendered := render(m)) is not None
+                    )
                     after = batch[-1][0]
                 channel.writing = True
                 await send({"type": "http.response.body", "body": body, "more_body": True})
@@ -333,7 +398,7 @@ class StreamableHttpDoor:
                 await send({"type": "http.response.body", "body": prime, "more_body": True})
             else:
                 await send({"type": "http.response.body", "body": sse.KEEPALIVE, "more_body": True})
-            await self._stream(scope, send, channel, after, None, gone)
+            await self._stream(scope, send, session, channel, after, None, gone)
         finally:
             channel.attached = False
             gone.cancel()

@@ -110,10 +110,13 @@ class WebSocketDoor:
                 if not batch:
                     return
                 for seq, message in batch:
-                    channel.writing = True
-                    await ws.send_text(jsonrpc.dumps(message).decode())
-                    channel.writing = False
                     after = seq
+                    rendered = session.render(message)
+                    if rendered is None:
+                        continue
+                    channel.writing = True
+                    await ws.send_text(jsonrpc.dumps(rendered).decode())
+                    channel.writing = False
                 if channel.overflowed:
                     raise ChannelOverflow(channel.id)
         except (ChannelOverflow, asyncio.CancelledError) as exc:

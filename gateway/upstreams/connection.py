@@ -493,10 +493,22 @@ class BackendConnection:
         if method == "notifications/progress":
             self._progress(message)
             return
+        if owner is None and method == "notifications/message":
+            owner = self._log_owner()
         if owner is not None and method not in _GLOBAL_NOTIFICATIONS:
             owner.deliver(message)
             return
         self._handler.on_notification(self, message)
+
+    def _log_owner(self) -> CallOwner | None:
+        """Carriers without relation (stdio, WebSocket) cannot say which call a log line is about.
+        With one call in flight it is that call's (and then it stays ordered before its result); a
+        modern backend only logs for a request, so the newest call gets it. Otherwise it is news for
+        every session."""
+        owners = self.owners_inflight()
+        if len(owners) == 1 or (owners and self.era == "modern"):
+            return owners[-1]
+        return None
 
     def _owner_of(self, related: Any) -> CallOwner | None:
         if related is None:

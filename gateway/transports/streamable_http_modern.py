@@ -1,0 +1,243 @@
+"""The 2026-07-28 ("modern") side of the ``/mcp`` endpoint: stateless, one request per exchange.
+
+Entered from :class:`~gateway.transports.streamable_http.StreamableHttpDoor` for a POST without a
+session whose version or ``_meta`` says modern. Each request brings its own client envelope in
+``params._meta``; the gateway checks it and the routing headers, runs the request through the same
+router as every other client (on a session that lives for this exchange only), and stamps the
+result. ``server/discover`` and ``subscriptions/listen`` are answered here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from adapters import mcp_modern
+from gateway import jsonrpc, sse
+from gateway.channels import ChannelOverflow
+from gateway.sessions import ClientSession
+from gateway.transports.http_common import Receive, Scope, Send, drop_hook, send_bytes, send_rpc_error
+
+if TYPE_CHECKING:
+    from gateway.core import Gateway
+    from gateway.federation import View
+    from gateway.transports.streamable_http import StreamableHttpDoor
+
+log = logging.getLogger(__name__)
+
+TRANSPORT = "modern"
+LISTEN_TRANSPORT = "modern-listen"
+# HTTP status of an error answer, by JSON-RPC code (others: 200).
+_STATUS = {
+    jsonrpc.PARSE_ERROR: 400,
+    jsonrpc.INVALID_REQUEST: 400,
+    jsonrpc.INVALID_PARAMS: 400,
+    mcp_modern.HEADER_MISMATCH: 400,
+    mcp_modern.MISSING_REQUIRED_CLIENT_CAPABILITY: 400,
+    mcp_modern.UNSUPPORTED_PROTOCOL_VERSION: 400,
+    jsonrpc.METHOD_NOT_FOUND: 404,
+}
+_LIST_FILTERS = {
+    "toolsListChanged": "notifications/tools/list_changed",
+    "promptsListChanged": "notifications/prompts/list_changed",
+    "resourcesListChanged": "notifications/resources/list_changed",
+}
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+class ModernExchange:
+    def __init__(self, gateway: Gateway, door: StreamableHttpDoor) -> None:
+        self._gw = gateway
+        self._door = door
+
+    async def handle(
+        self, scope: Scope, receive: Receive, send: Send, view: View, message: dict[str, Any], shape: jsonrpc.Shape
+    ) -> None:
+        if shape is not jsonrpc.Shape.REQUEST:
+            # The modern era defines no client-to-server notifications or responses on this wire.
+            await send_bytes(send, 202, b"")
+            return
+        rpc_id = message["id"]
+        headers = _headers(scope)
+        try:
+            envelope = mcp_modern.read_envelope(message, headers.get("mcp-protocol-version"))
+            mcp_modern.check_headers(headers, message, envelope)
+        except mcp_modern.ModernRejection as exc:
+            await send_rpc_error(send, exc.status, exc.code, exc.message, rpc_id, data=exc.data)
+            return
+        method = message["method"]
+        if method in mcp_modern.REMOVED_METHODS:
+            await send_rpc_error(send, 404, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}", rpc_id)
+            return
+        session = self._session(view, scope, envelope)
+        if method == "server/discover":
+            result = self.discover(view)
+            await send_bytes(send, 200, jsonrpc.dumps(jsonrpc.result(rpc_id, result)))
+            return
+        if method == "subscriptions/listen":
+            await self._listen(scope, receive, send, view, message, envelope)
+            return
+        if method == "tools/call":
+            try:
+                await self._check_param_headers(view, headers, message)
+            except mcp_modern.ModernRejection as exc:
+                await send_rpc_error(send, exc.status, exc.code, exc.message, rpc_id, data=exc.data)
+                return
+        await self._door._request(
+            scope,
+            receive,
+            send,
+            session,
+            message,
+            [],
+            finish=lambda r: self._finish(method, r),
+            cancel_on_disconnect=True,
+        )
+
+    def _session(self, view: View, scope: Scope, envelope: mcp_modern.Envelope) -> ClientSession:
+        """A session for this one exchange: the client's envelope stands in for initialize."""
+        session = ClientSession(
+            secrets.token_urlsafe(12), TRANSPORT, view, self._gw.principal_for(scope), self._gw.config.limits
+        )
+        session.protocol_version = envelope.version
+        session.client_capabilities = envelope.capabilities
+        session.client_info = envelope.client_info
+        session.log_level = envelope.log_level
+        session.initialized = True
+        session.mrtr = True
+        return session
+
+    @staticmethod
+    def _finish(method: str, response: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if "result" in response:
+            return 200, {**response, "result": mcp_modern.stamp_result(method, response["result"])}
+        error = response.get("error")
+        code = error.get("code") if isinstance(error, dict) else None
+        return _STATUS.get(code, 200), response  # type: ignore[arg-type]
+
+    def discover(self, view: View) -> dict[str, Any]:
+        identity = self._gw.server_identity(view)
+        result: dict[str, Any] = {
+            "supportedVersions": list(mcp_modern.MODERN_VERSIONS),
+            "capabilities": identity["capabilities"],
+            "resultType": "complete",
+            "ttlMs": 0,
+            "cacheScope": "private",
+            "_meta": {mcp_modern.SERVER_INFO_KEY: identity["serverInfo"]},
+        }
+        if identity.get("instructions"):
+            result["instructions"] = identity["instructions"]
+        return result
+
+    async def _check_param_headers(self, view: View, headers: dict[str, str], message: dict[str, Any]) -> None:
+        params = message.get("params") or {}
+        merged = view.merged.get("tools") or await self._gw.router.merged(view, "tools")
+        tool = merged.by_key.get(params.get("name"))
+        schema = tool.get("inputSchema") if tool is not None else None
+        mcp_modern.check_param_headers(headers, schema, params.get("arguments"))
+
+    # ---- subscriptions/listen ------------------------------------------------------------------
+
+    async def _listen(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        view: View,
+        message: dict[str, Any],
+        envelope: mcp_modern.Envelope,
+    ) -> None:
+        """A long-lived stream of the notifications the client opted in to, each tagged with the
+        subscription id (the listen request's id). It replaces the legacy GET stream and
+        resources/subscribe."""
+        rpc_id = message["id"]
+        params = message.get("params") or {}
+        wanted = params.get("notifications")
+        if not isinstance(wanted, dict):
+            await send_rpc_error(send, 400, jsonrpc.INVALID_PARAMS, "params.notifications must be an object", rpc_id)
+            return
+        honored: dict[str, Any] = {k: True for k in _LIST_FILTERS if wanted.get(k) is True}
+        methods = {_LIST_FILTERS[k] for k in honored}
+        uris = wanted.get("resourceSubscriptions")
+        listener = self._gw.open_session(LISTEN_TRANSPORT, view, scope)
+        listener.protocol_version = envelope.version
+        listener.client_capabilities = envelope.capabilities
+        listener.initialized = True
+        listener.mrtr = True
+        router = self._gw.router
+        if isinstance(uris, list) and all(isinstance(u, str) for u in uris):
+            subscribed = []
+            for uri in uris:
+                try:
+                    backend, original = await router._resolve_uri(view, uri)
+                except jsonrpc.RpcError:
+                    continue
+                router.add_subscription(listener, backend, original)
+                subscribed.append(uri)
+            honored["resourceSubscriptions"] = subscribed
+            methods.add("notifications/resources/updated")
+        channel = listener.standalone
+        channel.attached = True
+        channel.on_overflow = drop_hook(scope)
+        gone = asyncio.create_task(_wait_disconnect(receive))
+        meta = {mcp_modern.SUBSCRIPTION_ID_KEY: rpc_id}
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform")],
+                }
+            )
+            ack = jsonrpc.notification(
+                "notifications/subscriptions/acknowledged", {"notifications": honored, "_meta": meta}
+            )
+            await send({"type": "http.response.body", "body": sse.encode(jsonrpc.dumps(ack)), "more_body": True})
+            after = channel.last_seq
+            while True:
+                reader = asyncio.ensure_future(channel.read(after))
+                done, _ = await asyncio.wait(
+                    {reader, gone}, timeout=self._gw.config.limits.sse_keepalive_s, return_when=asyncio.FIRST_COMPLETED
+                )
+                if reader not in done:
+                    reader.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, ChannelOverflow):
+                        await reader
+                    if gone in done:
+                        return
+                    await send({"type": "http.response.body", "body": sse.KEEPALIVE, "more_body": True})
+                    continue
+                batch = reader.result()
+                if not batch:
+                    return
+                after = batch[-1][0]
+                events = []
+                for _, note in batch:
+                    if note.get("method") not in methods:
+                        continue
+                    note_params = note.get("params") if isinstance(note.get("params"), dict) else {}
+                    tagged = {**note, "params": {**note_params, "_meta": {**(note_params.get("_meta") or {}), **meta}}}
+                    events.append(sse.encode(jsonrpc.dumps(tagged)))
+                if events:
+                    channel.writing = True
+                    await send({"type": "http.response.body", "body": b"".join(events), "more_body": True})
+                    channel.writing = False
+        except (ChannelOverflow, OSError):
+            log.info("subscriptions/listen stream %r ended: the client stopped reading", rpc_id)
+        finally:
+            gone.cancel()
+            channel.attached = False
+            self._gw.sessions.end(listener)
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
