@@ -25,6 +25,20 @@ def conformance_suite() -> tuple[Path, Path]:
 
 @pytest.fixture(scope="session")
 def fixture_backend_url() -> Iterator[str]:
-    """URL (http://127.0.0.1:PORT/mcp) of a running fixture backend, shared by the session."""
+    """URL (http://127.0.0.1:PORT/mcp) of a running dual-era fixture backend, shared by the session."""
     with start_fixture_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def legacy_fixture_url() -> Iterator[str]:
+    """URL of a running fixture backend that serves only the initialize-handshake era (`--era legacy`)."""
+    with start_fixture_server(era="legacy") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def modern_fixture_url() -> Iterator[str]:
+    """URL of a running fixture backend that serves only the 2026-07-28 era (`--era modern`)."""
+    with start_fixture_server(era="modern") as url:
         yield url

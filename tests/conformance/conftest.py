@@ -4,6 +4,11 @@ Reusable from other test packages too:
     from tests.conformance.conftest import free_port, start_fixture_server, wait_for_port
 and fixtures can be pulled into another module's namespace with
     from tests.conformance.conftest import conformance_suite, fixture_backend_url  # noqa: F401
+
+`start_fixture_server(era=...)` picks the protocol eras the fixture serves: "dual" (default,
+both on one endpoint), "legacy" (initialize handshake only) or "modern" (2026-07-28 only); see
+tests/conformance/fixture_server.py. The session-scoped fixtures `fixture_backend_url`,
+`legacy_fixture_url` and `modern_fixture_url` (tests/conftest.py) run one of each.
 """
 
 from __future__ import annotations
@@ -21,9 +26,19 @@ from tests.support import free_port, stop_process, wait_for_port
 FIXTURE_MODULE = "tests.conformance.fixture_server"
 
 
+FIXTURE_ERAS = ("dual", "legacy", "modern")
+
+
 @contextlib.contextmanager
-def start_fixture_server(host: str = "127.0.0.1", startup_timeout_s: float = 20.0) -> Iterator[str]:
-    """Runs the fixture backend on a free port; yields its MCP URL and always stops it afterwards."""
+def start_fixture_server(
+    host: str = "127.0.0.1", startup_timeout_s: float = 20.0, *, era: str = "dual"
+) -> Iterator[str]:
+    """Runs the fixture backend on a free port; yields its MCP URL and always stops it afterwards.
+
+    `era` is passed as `--era`: "dual" (default), "legacy" or "modern".
+    """
+    if era not in FIXTURE_ERAS:
+        raise ValueError(f"era must be one of {FIXTURE_ERAS}, got {era!r}")
     with tempfile.NamedTemporaryFile(prefix="fixture-server-", suffix=".log", delete=False) as log:
         log_path = Path(log.name)
     last_error: Exception | None = None
@@ -32,7 +47,7 @@ def start_fixture_server(host: str = "127.0.0.1", startup_timeout_s: float = 20.
             port = free_port(host)
             with log_path.open("ab") as log_file:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", FIXTURE_MODULE, "--host", host, "--port", str(port)],
+                    [sys.executable, "-m", FIXTURE_MODULE, "--host", host, "--port", str(port), "--era", era],
                     cwd=PROJECT_ROOT,
                     stdin=subprocess.DEVNULL,
                     stdout=log_file,
