@@ -91,6 +91,10 @@ class CallSink:
         self.channel = channel
 
     @property
+    def client_capabilities(self) -> dict[str, Any]:
+        return self.session.client_capabilities
+
+    @property
     def log_level(self) -> str | None:
         """The level a modern backend is asked to log at for this call.
 
@@ -616,7 +620,7 @@ class Router:
             raise jsonrpc.RpcError(
                 mcp_modern.MISSING_REQUIRED_CLIENT_CAPABILITY,
                 f"this request needs the client capabilities {missing}, which the request did not declare",
-                {"requiredCapabilities": missing},
+                {"requiredCapabilities": {name: {} for name in missing}},
             )
         await asyncio.sleep(0)  # let requests the backend sent together arrive together
         keys: dict[str, str] = {}

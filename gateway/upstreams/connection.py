@@ -361,8 +361,13 @@ class BackendConnection:
                 # Clients choose tokens independently; the upstream id is unique on this connection.
                 params = {**params, "_meta": {**meta, "progressToken": upstream_id}}
         if self.era == "modern":
-            level = owner.log_level if owner is not None and hasattr(owner, "log_level") else None
-            params = mcp_modern.stamp_request(params, GATEWAY_CLIENT_CAPABILITIES, self._client_info, level)
+            # Per request, the envelope declares what the *calling client* can do: the gateway can
+            # only relay sampling/elicitation/roots to a client that supports them.
+            level = getattr(owner, "log_level", None)
+            caps = getattr(owner, "client_capabilities", None)
+            if not isinstance(caps, dict):
+                caps = GATEWAY_CLIENT_CAPABILITIES
+            params = mcp_modern.stamp_request(params, caps, self._client_info, level)
         message = jsonrpc.request(upstream_id, method, params)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         pending = Pending(upstream_id, message, future, owner, client_token)
