@@ -70,6 +70,8 @@ class Gateway:
                 "state": conn.state,
                 "required": conn.config.required,
                 "transport": conn.config.transport,
+                "era": conn.era if conn.state == "ready" else None,
+                "protocol": conn.protocol_version if conn.state == "ready" else None,
                 "error": conn.last_error,
             }
             for name, conn in self.connections.items()

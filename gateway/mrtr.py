@@ -52,23 +52,29 @@ class StateSigner:
         # A random key per process is correct by default: a parked call lives in this process only.
         self._key = key or os.urandom(32)
 
+    def _mac(self, kind: str, payload: str) -> str:
+        signed = f"{kind}.{payload}".encode("utf-8", "surrogatepass")
+        return _b64(hmac.new(self._key, signed, hashlib.sha256).digest())
+
     def sign(self, kind: str, body: dict[str, Any]) -> str:
         payload = _b64(orjson.dumps(body))
-        mac = hmac.new(self._key, f"{kind}.{payload}".encode(), hashlib.sha256).digest()
-        return f"{kind}.{payload}.{_b64(mac)}"
+        return f"{kind}.{payload}.{self._mac(kind, payload)}"
 
     def verify(self, token: Any, principal: str) -> tuple[str, dict[str, Any]]:
         if not isinstance(token, str) or token.count(".") != 2:
             raise StateError("not a state this gateway issued")
         kind, payload, mac = token.split(".")
-        expected = hmac.new(self._key, f"{kind}.{payload}".encode(), hashlib.sha256).digest()
+        # Compare the MAC's canonical text, not its decoded bytes: lenient base64 decoding would
+        # accept altered tokens (an appended "=", changed unused low bits) as the same MAC.
+        expected = self._mac(kind, payload).encode()
+        if not hmac.compare_digest(expected, mac.encode("utf-8", "surrogatepass")):
+            raise StateError("signature does not match (tampered or from another gateway)")
         try:
-            valid = hmac.compare_digest(expected, _unb64(mac))
-            body = orjson.loads(_unb64(payload)) if valid else None
+            body = orjson.loads(_unb64(payload))
         except (ValueError, orjson.JSONDecodeError):
             raise StateError("malformed") from None
-        if not valid or not isinstance(body, dict):
-            raise StateError("signature does not match (tampered or from another gateway)")
+        if not isinstance(body, dict):
+            raise StateError("malformed")
         if body.get("u") != principal:
             raise StateError("issued to another principal")
         if not isinstance(body.get("e"), (int, float)) or body["e"] < time.time():

@@ -108,6 +108,9 @@ class WebSocketDoor:
             while True:
                 batch = await channel.read(after)
                 if not batch:
+                    # The session ended on the gateway's side (e.g. the draft's exit): say so.
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(ws.close(code=1000, reason="session ended"), 2.0)
                     return
                 for seq, message in batch:
                     after = seq
