@@ -218,7 +218,9 @@ def check_headers(headers: Mapping[str, str], message: dict[str, Any], envelope:
         header_name = _field(headers, "mcp-name")
         if header_name is None:
             raise ModernRejection(400, HEADER_MISMATCH, f"Mcp-Name header is required for {method}")
-        if decode_header_value(header_name) != target:
+        decoded = decode_header_value(header_name)
+        # A malformed base64 form (None) matches nothing, not even an absent params field.
+        if decoded is None or decoded != target:
             raise ModernRejection(400, HEADER_MISMATCH, f"Mcp-Name header does not match params.{field}")
 
 
@@ -258,6 +260,8 @@ def stamp_result(method: str | None, result: Any) -> Any:
     if not isinstance(result, dict):
         return result
     stamped = result if "resultType" in result else {**result, "resultType": "complete"}
+    if stamped.get("resultType") == "input_required":
+        return stamped  # an interim answer is never cacheable
     if method in CACHEABLE and ("ttlMs" not in stamped or "cacheScope" not in stamped):
         stamped = {"ttlMs": DEFAULT_TTL_MS, "cacheScope": "private", **stamped}
     return stamped

@@ -165,6 +165,7 @@ class Router:
         if shape in (jsonrpc.Shape.RESPONSE, jsonrpc.Shape.ERROR):
             self._client_response(session, message)
             return None
+        draft_ack = message.get("id") if message.get("method") == "cancel" and "id" in message else None
         message, alias = mcp_draft.normalize(message)
         if alias is not None:
             if message.get("method", "").startswith("notifications/"):
@@ -174,6 +175,8 @@ class Router:
             if alias in mcp_draft.LOCAL_METHODS:
                 return self._draft_lifecycle(session, message, alias)
         response = await self._handle(session, message, shape, channel)
+        if draft_ack is not None:
+            return jsonrpc.result(draft_ack, {})  # the draft acknowledges a cancel sent as a request
         if alias is not None and response is not None:
             response = mcp_draft.reshape_response(alias, response, self._gw.server_identity(session.view)["serverInfo"])
         return response

@@ -132,6 +132,7 @@ class BackendConnection:
         self.tool_schemas: dict[str, Any] = {}
         self._listen: asyncio.Task[None] | None = None
         self.listen_resources: set[str] = set()
+        self._relisten_now = False
 
     # ---- facts about the backend -------------------------------------------------------------
 
@@ -330,6 +331,9 @@ class BackendConnection:
             if isinstance(error, dict) and error.get("code") == jsonrpc.METHOD_NOT_FOUND:
                 log.info("backend %s offers no subscriptions/listen; list changes will not be pushed", self.name)
                 return
+            if self._relisten_now:
+                self._relisten_now = False  # reopened on purpose with a new filter: no pause
+                continue
             if not owner.acknowledged:
                 backoff = min(backoff * 2, self.config.restart.max_backoff_s)
             else:
@@ -340,6 +344,7 @@ class BackendConnection:
         """The set of watched resources changed: reopen the listen stream with the new filter."""
         pending = getattr(self, "_listen_pending", None)
         if pending is not None and self.era == "modern":
+            self._relisten_now = True
             self.cancel(pending, "subscription set changed")
 
     def _fail_all(self, reason: str) -> None:
