@@ -43,7 +43,14 @@ class Gateway:
         client_info = {"name": "switchboard", "version": __version__}
         self.connections: dict[str, BackendConnection] = {
             name: BackendConnection(
-                name, cfg, partial(make_carrier, name, cfg, config.limits), self.router, client_info
+                name,
+                cfg,
+                partial(make_carrier, name, cfg, config.limits),
+                self.router,
+                client_info,
+                sse_fallback=partial(make_carrier, name, cfg.model_copy(update={"transport": "sse"}), config.limits)
+                if cfg.transport == "http"
+                else None,
             )
             for name, cfg in config.backends.items()
         }

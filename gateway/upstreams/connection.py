@@ -108,10 +108,13 @@ class BackendConnection:
         carrier_factory: Callable[[], Carrier],
         handler: ConnectionHandler,
         client_info: dict[str, Any],
+        sse_fallback: Callable[[], Carrier] | None = None,
     ) -> None:
         self.name = name
         self.config = config
         self._factory = carrier_factory
+        self._sse_fallback = sse_fallback
+        self._use_sse = False  # an http backend that turned out to be legacy HTTP+SSE
         self._handler = handler
         self._client_info = client_info
         self._carrier: Carrier | None = None
@@ -197,7 +200,7 @@ class BackendConnection:
     async def _supervise(self) -> None:
         backoff = self.config.restart.initial_backoff_s
         while not self._closing:
-            carrier = self._factory()
+            carrier = self._sse_fallback() if self._use_sse and self._sse_fallback else self._factory()
             self._carrier = carrier
             self.state = "connecting"
             try:
@@ -207,7 +210,10 @@ class BackendConnection:
                 raise
             except Exception as exc:
                 reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                switching = self._use_sse and isinstance(exc, ConnectionError) and "HTTP+SSE" in str(exc)
                 await self._went_down(carrier, f"connect failed: {reason}")
+                if switching:
+                    continue  # the next attempt uses the other transport; no reason to wait
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.config.restart.max_backoff_s)
                 continue
@@ -245,7 +251,7 @@ class BackendConnection:
     async def _connect(self, carrier: Carrier) -> None:
         await carrier.open(self._inbound)
         wanted = self._known_era or self.config.era
-        if self.config.transport in ("sse", "builtin") and wanted == "auto":
+        if (self.config.transport in ("sse", "builtin") or self._use_sse) and wanted == "auto":
             wanted = "legacy"  # legacy HTTP+SSE is legacy by definition; the demo is legacy
         if wanted in ("auto", "modern") and await self._probe_modern(wanted == "modern"):
             self.era = self._known_era = "modern"
@@ -259,6 +265,16 @@ class BackendConnection:
         }
         response = await self._roundtrip(self.begin("initialize", params, None), self.config.connect_timeout_s)
         if "error" in response:
+            if (
+                self._sse_fallback is not None
+                and not self._use_sse
+                and self.config.era == "auto"
+                and getattr(carrier, "last_status", None) in (404, 405)
+            ):
+                # Neither era answers a POST here: the last resort is the legacy HTTP+SSE transport.
+                self._use_sse = True
+                self._known_era = "legacy"
+                raise ConnectionError("no Streamable HTTP here; trying legacy HTTP+SSE at the same URL")
             raise ConnectionError(f"initialize refused: {response['error'].get('message')}")
         result = response.get("result")
         if not isinstance(result, dict) or not isinstance(result.get("protocolVersion"), str):

@@ -35,6 +35,7 @@ class HttpCarrier(Carrier):
         self._pool: ConnectionPool | None = None
         self._target = target_of(url)
         self._block = b""
+        self.last_status: int | None = None  # of the latest exchange (era detection reads it)
         self._block_key: tuple[str | None, str | None] | None = None
         self._inbound: Inbound | None = None
         self._session_id: str | None = None
@@ -115,6 +116,7 @@ class HttpCarrier(Carrier):
                 if sid:
                     self._session_id = sid
             status = response.status
+            self.last_status = status
             ctype = response.headers.get("content-type", "")
             if status == 404 and self._session_id and message.get("method") != "initialize":
                 self._die("backend ended the session (404)")

@@ -72,3 +72,20 @@ async def test_calls_progress_and_logs_cross_each_carrier(chained: RunningGatewa
 
         contents = (await client.read_resource(f"{carrier}+demo://readme")).contents
         assert isinstance(contents[0], types.TextResourceContents) and "demo backend" in contents[0].text
+
+
+async def test_an_http_backend_that_only_speaks_legacy_sse_is_found() -> None:
+    """Era detection over HTTP: modern probe, then initialize, then legacy HTTP+SSE at the same URL."""
+    import httpx
+
+    with run_gateway(None) as inner:
+        config = {"backends": {"old": {"transport": "http", "url": f"{inner.url}/sse", "required": True}}}
+        with run_gateway(config) as outer:
+            async with httpx.AsyncClient(timeout=5) as http:
+                backend = (await http.get(f"{outer.url}/readyz")).json()["backends"]["old"]
+            assert backend["state"] == "ready" and backend["era"] == "legacy"
+            async with Client(outer.mcp, mode="legacy", read_timeout_seconds=20) as client:
+                echoed = await client.call_tool("echo", {"text": "found over SSE"})
+                assert isinstance(echoed.content[0], types.TextContent)
+                assert echoed.content[0].text == "found over SSE"
+            assert "trying legacy HTTP+SSE" in outer.log()
