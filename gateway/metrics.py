@@ -57,6 +57,22 @@ class Metrics:
 
         self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 
+        # Audit stream (gateway/audit.py) and tool definition pinning (policies/pinning.py).
+        self.audit_records = Counter(
+            "switchboard_audit_records_total", "Audit records emitted, by outcome.", ["outcome"], registry=r
+        )
+        self.audit_dropped = Counter(
+            "switchboard_audit_dropped_total",
+            "Audit records dropped because the writer could not keep up (or was closed).",
+            registry=r,
+        )
+        self.tool_definition_changes = Counter(
+            "switchboard_tool_definition_changes_total",
+            "Tools whose definition differs from the pinned one, counted once per new definition.",
+            ["backend"],
+            registry=r,
+        )
+
     def observe_request(self, method: str, backend: str, outcome: str, seconds: float | None) -> None:
         """Count one handled request (and its latency); label children are cached, as label lookup
         is a measurable part of a proxied call."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateway.events import Event, Kind
-from policies.chain import Decision
+from policies.chain import Decision, Target
 from policies.principal import Principal
 
 CAPABILITY_DENIED = -32093
@@ -11,8 +11,9 @@ CAPABILITY_DENIED = -32093
 
 class CapabilityPolicy:
     name = "capabilities"
+    stage = "admission"
 
-    def check(self, event: Event, principal: Principal) -> Decision | None:
+    async def check(self, event: Event, principal: Principal, target: Target | None = None) -> Decision | None:
         if event.kind in (Kind.RESPONSE, Kind.ERROR):
             # Answers to requests the gateway relayed are allowed: the request was already checked.
             return None
@@ -27,4 +28,5 @@ class CapabilityPolicy:
             CAPABILITY_DENIED,
             f"principal {principal.name!r} lacks a capability for {action!r}",
             {"action": action, "principal": principal.name},
+            outcome="denied",
         )

@@ -1,13 +1,21 @@
-"""The one ordered chain of decisions every event passes, whatever its dialect or front door."""
+"""The one ordered chain of decisions every event passes, whatever its dialect or front door.
+
+Two stages: *admission* runs before routing (who may do what, how often); *dispatch* runs once the
+request's target is known (which backend, which tool definition), for decisions that need it
+(argument validation, pinned tool definitions). Policies are async so that a decision may consult
+shared state on the bus (rate limits across replicas).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
 from gateway.events import Event
 from policies.principal import Principal
+
+Stage = Literal["admission", "dispatch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,25 +25,49 @@ class Decision:
     code: int = 0
     reason: str = ""
     data: dict[str, object] | None = None
+    # Audit outcome label: allowed | denied | rate_limited | invalid | pinned.
+    outcome: str = "allowed"
+    # HTTP status a front door should answer with where its transport allows (e.g. 429).
+    http_status: int | None = None
 
 
 ALLOW = Decision(True)
 
 
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a request resolved to: the backend, the backend's own name, and the catalog item."""
+
+    backend: str
+    name: str | None = None
+    item: dict[str, Any] | None = None
+
+
 class Policy(Protocol):
     name: str
+    stage: Stage
 
-    def check(self, event: Event, principal: Principal) -> Decision | None:
+    async def check(self, event: Event, principal: Principal, target: Target | None) -> Decision | None:
         """A denial, or None to let the next policy decide."""
 
 
 class PolicyChain:
     def __init__(self, policies: Sequence[Policy]) -> None:
         self.policies = tuple(policies)
+        self._admission = tuple(p for p in self.policies if p.stage == "admission")
+        self._dispatch = tuple(p for p in self.policies if p.stage == "dispatch")
+        self.has_dispatch = bool(self._dispatch)
 
-    def decide(self, event: Event, principal: Principal) -> Decision:
-        for policy in self.policies:
-            decision = policy.check(event, principal)
+    async def admit(self, event: Event, principal: Principal) -> Decision:
+        for policy in self._admission:
+            decision = await policy.check(event, principal, None)
+            if decision is not None and not decision.allowed:
+                return decision
+        return ALLOW
+
+    async def dispatch(self, event: Event, principal: Principal, target: Target) -> Decision:
+        for policy in self._dispatch:
+            decision = await policy.check(event, principal, target)
             if decision is not None and not decision.allowed:
                 return decision
         return ALLOW

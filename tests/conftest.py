@@ -10,6 +10,7 @@ import pytest
 
 from tests.conformance.conftest import start_fixture_server
 from tests.conformance.runner import ConformanceError, ensure_installed
+from tests.support import redis_server
 
 
 @pytest.fixture(scope="session")
@@ -41,4 +42,15 @@ def legacy_fixture_url() -> Iterator[str]:
 def modern_fixture_url() -> Iterator[str]:
     """URL of a running fixture backend that serves only the 2026-07-28 era (`--era modern`)."""
     with start_fixture_server(era="modern") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """URL of a throwaway redis-server shared by the session; tests keep their keys apart with their
+    own prefixes or key names."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (make test installs it with apt-get)")
+    with redis_server(binary) as (url, _):
         yield url

@@ -52,6 +52,23 @@ def stop_process(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
             proc.wait()
 
 
+@contextlib.contextmanager
+def redis_server(binary: str = "redis-server") -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """(URL, process) of a throwaway redis-server on a free port, without persistence; stopped on exit."""
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="switchboard-redis-") as workdir:
+        proc = subprocess.Popen(
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_for_port("127.0.0.1", port, 10, proc)
+            yield f"redis://127.0.0.1:{port}/0", proc
+        finally:
+            stop_process(proc)
+
+
 @dataclass
 class RunningGateway:
     url: str  # base URL, e.g. http://127.0.0.1:PORT

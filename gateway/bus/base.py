@@ -7,7 +7,14 @@ bus (one replica) and the Redis bus (many) are interchangeable.
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import AsyncIterator
+
+
+def check_bucket(per_s: float, burst: float, cost: float) -> None:
+    """Reject bucket parameters no implementation could honour (NaN fails every comparison)."""
+    if not (0 < per_s < math.inf and 0 < burst < math.inf and 0 <= cost < math.inf):
+        raise ValueError(f"token bucket needs finite per_s > 0, burst > 0, cost >= 0 (got {per_s}, {burst}, {cost})")
 
 
 class Bus(abc.ABC):
@@ -39,3 +46,14 @@ class Bus(abc.ABC):
     @abc.abstractmethod
     async def incr(self, key: str, amount: int = 1, ttl_s: float | None = None) -> int:
         """Atomic counter; the TTL is set when the key is created."""
+
+    @abc.abstractmethod
+    async def take(self, key: str, per_s: float, burst: float, cost: float = 1.0) -> float:
+        """Atomically take ``cost`` tokens from the token bucket ``key``.
+
+        A bucket is created full (``burst`` tokens), refills at ``per_s`` tokens a second and never
+        holds more than ``burst``. Returns 0.0 when the tokens were taken; otherwise takes nothing and
+        returns the seconds until enough tokens will be there (``math.inf`` when ``cost > burst``: it
+        never will). A bucket is forgotten once idle long enough to be full again, so keys do not
+        accumulate. Bucket keys are their own namespace: do not use them with get/set/incr.
+        """

@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncIterator
 
-from gateway.bus.base import Bus
+from gateway.bus.base import Bus, check_bucket
+
+# Idle buckets are swept when the table doubles since the last sweep, or a minute has passed:
+# amortized O(1) per take, and the table stays within about twice the buckets still refilling.
+_SWEEP_MIN_SIZE = 1024
+_SWEEP_INTERVAL_S = 60.0
 
 
 class MemoryBus(Bus):
     def __init__(self) -> None:
         self._subscribers: dict[str, set[asyncio.Queue[bytes]]] = {}
         self._values: dict[str, tuple[bytes, float | None]] = {}
+        # key -> (tokens, when they were counted, when the bucket will be full again)
+        self._buckets: dict[str, tuple[float, float, float]] = {}
+        self._sweep_size = _SWEEP_MIN_SIZE
+        self._sweep_at = time.monotonic() + _SWEEP_INTERVAL_S
 
     async def publish(self, channel: str, data: bytes) -> int:
         queues = self._subscribers.get(channel, ())
@@ -65,3 +75,33 @@ class MemoryBus(Bus):
         value = int(current) + amount
         self._values[key] = (str(value).encode(), self._values[key][1])
         return value
+
+    async def take(self, key: str, per_s: float, burst: float, cost: float = 1.0) -> float:
+        check_bucket(per_s, burst, cost)
+        if cost > burst:
+            return math.inf
+        # No await below: the read-modify-write is atomic with respect to other tasks.
+        now = time.monotonic()
+        self._sweep_buckets(now)
+        entry = self._buckets.get(key)
+        if entry is None or entry[2] <= now:
+            tokens = burst
+        else:
+            tokens = min(burst, entry[0] + (now - entry[1]) * per_s)
+        wait = 0.0
+        if tokens >= cost:
+            tokens -= cost
+        else:
+            wait = (cost - tokens) / per_s
+        if tokens >= burst:
+            self._buckets.pop(key, None)  # full: a missing bucket means the same
+        else:
+            self._buckets[key] = (tokens, now, now + (burst - tokens) / per_s)
+        return wait
+
+    def _sweep_buckets(self, now: float) -> None:
+        if len(self._buckets) < self._sweep_size and now < self._sweep_at:
+            return
+        self._buckets = {key: entry for key, entry in self._buckets.items() if entry[2] > now}
+        self._sweep_size = max(_SWEEP_MIN_SIZE, 2 * len(self._buckets))
+        self._sweep_at = now + _SWEEP_INTERVAL_S

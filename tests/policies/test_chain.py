@@ -1,4 +1,4 @@
-"""policies/chain.py and policies/capabilities.py: the ordered chain and the capability decision."""
+"""policies/chain.py and policies/capabilities.py: the ordered two-stage chain and the capability decision."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from policies import (
     Decision,
     PolicyChain,
     Principal,
+    Target,
     default_chain,
 )
 from policies.capabilities import CAPABILITY_DENIED
@@ -29,16 +30,22 @@ def principal(*patterns: str, name: str = "alice") -> Principal:
     return Principal(name, CapabilitySet(patterns))
 
 
+TARGET = Target("demo", "echo", {"name": "echo", "inputSchema": {"type": "object"}})
+
+
 @dataclass
 class Recorder:
     """A policy that records what it saw and answers a fixed decision."""
 
     name: str
     answer: Decision | None = None
+    stage: str = "admission"
     seen: list[str] = field(default_factory=list)
+    targets: list[Target | None] = field(default_factory=list)
 
-    def check(self, ev: Event, who: Principal) -> Decision | None:
+    async def check(self, ev: Event, who: Principal, target: Target | None) -> Decision | None:
         self.seen.append(ev.action)
+        self.targets.append(target)
         return self.answer
 
 
@@ -46,21 +53,21 @@ class Recorder:
 
 
 @pytest.mark.parametrize("kind", [Kind.RESPONSE, Kind.ERROR])
-def test_responses_are_always_allowed(kind: Kind) -> None:
+async def test_responses_are_always_allowed(kind: Kind) -> None:
     nobody = principal()
-    assert CapabilityPolicy().check(event(kind), nobody) is None
-    assert default_chain().decide(event(kind, None, None), nobody) is ALLOW
+    assert await CapabilityPolicy().check(event(kind), nobody, None) is None
+    assert await default_chain().admit(event(kind, None, None), nobody) is ALLOW
 
 
-def test_covered_request_is_allowed() -> None:
+async def test_covered_request_is_allowed() -> None:
     who = principal("mcp/request:tools/*")
-    assert CapabilityPolicy().check(event(Kind.REQUEST), who) is None
-    assert default_chain().decide(event(Kind.REQUEST), who).allowed
+    assert await CapabilityPolicy().check(event(Kind.REQUEST), who, None) is None
+    assert (await default_chain().admit(event(Kind.REQUEST), who)).allowed
 
 
-def test_uncovered_request_is_denied_with_code_reason_and_data() -> None:
+async def test_uncovered_request_is_denied_with_code_reason_and_data() -> None:
     who = principal("mcp/request:resources/*", name="bob")
-    decision = CapabilityPolicy().check(event(Kind.REQUEST, "tools/call", "rm_rf"), who)
+    decision = await CapabilityPolicy().check(event(Kind.REQUEST, "tools/call", "rm_rf"), who, None)
     assert decision is not None
     assert decision.allowed is False
     assert decision.policy == "capabilities"
@@ -68,6 +75,12 @@ def test_uncovered_request_is_denied_with_code_reason_and_data() -> None:
     assert "'mcp/request:tools/call:rm_rf'" in decision.reason
     assert "'bob'" in decision.reason
     assert decision.data == {"action": "mcp/request:tools/call:rm_rf", "principal": "bob"}
+    assert decision.outcome == "denied"
+    assert decision.http_status is None
+
+
+def test_capability_policy_is_an_admission_policy() -> None:
+    assert CapabilityPolicy.stage == "admission"
 
 
 @pytest.mark.parametrize(
@@ -85,60 +98,130 @@ def test_uncovered_request_is_denied_with_code_reason_and_data() -> None:
         (Kind.REQUEST, "tools/call", "echo", ["mcp/request:tools/call:other"], False),
     ],
 )
-def test_every_kind_is_held_to_its_action(
+async def test_every_kind_is_held_to_its_action(
     kind: Kind, method: str | None, context: str | None, patterns: list[str], allowed: bool
 ) -> None:
-    decision = default_chain().decide(event(kind, method, context), principal(*patterns))
+    decision = await default_chain().admit(event(kind, method, context), principal(*patterns))
     assert decision.allowed is allowed
     if not allowed:
         assert decision.code == -32093
 
 
-def test_anonymous_all_allows_everything() -> None:
+async def test_anonymous_all_allows_everything() -> None:
     assert ANONYMOUS_ALL.anonymous and ANONYMOUS_ALL.capabilities.everything
     for kind in Kind:
-        assert default_chain().decide(event(kind), ANONYMOUS_ALL) is ALLOW
+        assert await default_chain().admit(event(kind), ANONYMOUS_ALL) is ALLOW
 
 
-def test_dialect_does_not_change_the_decision() -> None:
+async def test_dialect_does_not_change_the_decision() -> None:
     who = principal("mcp/request:tools/call:echo")
     for dialect in Dialect:
         ev = Event(kind=Kind.REQUEST, method="tools/call", payload={}, context="echo", dialect=dialect)
-        assert default_chain().decide(ev, who).allowed
+        assert (await default_chain().admit(ev, who)).allowed
         ev.context = "other"
-        assert not default_chain().decide(ev, who).allowed
+        assert not (await default_chain().admit(ev, who)).allowed
 
 
 # ---- PolicyChain -----------------------------------------------------------------------------
 
 
-def test_empty_chain_allows() -> None:
-    assert PolicyChain([]).decide(event(Kind.REQUEST), principal()) is ALLOW
+async def test_empty_chain_allows() -> None:
+    assert await PolicyChain([]).admit(event(Kind.REQUEST), principal()) is ALLOW
+    assert await PolicyChain([]).dispatch(event(Kind.REQUEST), principal(), TARGET) is ALLOW
 
 
-def test_first_denial_wins_and_stops_the_chain() -> None:
+@pytest.mark.parametrize("stage", ["admission", "dispatch"])
+async def test_first_denial_wins_and_stops_the_chain(stage: str) -> None:
     deny_a = Decision(False, "a", -32000, "no by a")
-    first, second, third = Recorder("pass"), Recorder("a", deny_a), Recorder("b", Decision(False, "b", 1, "no"))
+    first, second, third = (
+        Recorder("pass", stage=stage),
+        Recorder("a", deny_a, stage=stage),
+        Recorder("b", Decision(False, "b", 1, "no"), stage=stage),
+    )
     chain = PolicyChain([first, second, third])
-    assert chain.decide(event(Kind.REQUEST), principal()) is deny_a
+    assert await run(chain, stage) is deny_a
     assert first.seen == ["mcp/request:tools/call:echo"]
     assert second.seen == ["mcp/request:tools/call:echo"]
     assert third.seen == []  # never consulted after a denial
 
 
-def test_an_explicit_allow_does_not_stop_the_chain() -> None:
+@pytest.mark.parametrize("stage", ["admission", "dispatch"])
+async def test_an_explicit_allow_does_not_stop_the_chain(stage: str) -> None:
     # Only denials are final: a policy cannot vouch for what a later policy forbids.
     denial = Decision(False, "later", 1, "no")
-    chain = PolicyChain([Recorder("yes", Decision(True, "yes")), Recorder("later", denial)])
-    assert chain.decide(event(Kind.REQUEST), principal()) is denial
+    chain = PolicyChain([Recorder("yes", Decision(True, "yes"), stage=stage), Recorder("later", denial, stage=stage)])
+    assert await run(chain, stage) is denial
 
 
-def test_all_passing_gives_allow() -> None:
-    policies = [Recorder("x"), Recorder("y", Decision(True))]
+@pytest.mark.parametrize("stage", ["admission", "dispatch"])
+async def test_all_passing_gives_allow(stage: str) -> None:
+    policies = [Recorder("x", stage=stage), Recorder("y", Decision(True), stage=stage)]
     chain = PolicyChain(policies)
-    assert chain.decide(event(Kind.REQUEST), principal()) is ALLOW
+    assert await run(chain, stage) is ALLOW
     assert all(p.seen for p in policies)
     assert chain.policies == tuple(policies)
+
+
+async def run(chain: PolicyChain, stage: str) -> Decision:
+    if stage == "admission":
+        return await chain.admit(event(Kind.REQUEST), principal())
+    return await chain.dispatch(event(Kind.REQUEST), principal(), TARGET)
+
+
+# ---- stages ----------------------------------------------------------------------------------
+
+
+async def test_admission_policies_do_not_run_in_dispatch_and_see_no_target() -> None:
+    admission = Recorder("adm", Decision(False, "adm", 1, "no"), stage="admission")
+    dispatch = Recorder("dis", stage="dispatch")
+    chain = PolicyChain([admission, dispatch])
+    assert await chain.dispatch(event(Kind.REQUEST), principal(), TARGET) is ALLOW
+    assert admission.seen == []
+    assert dispatch.targets == [TARGET]
+    denial = await chain.admit(event(Kind.REQUEST), principal())
+    assert denial.policy == "adm"
+    assert admission.targets == [None]
+    assert dispatch.seen == ["mcp/request:tools/call:echo"], "admit must not have run the dispatch policy"
+
+
+async def test_dispatch_policies_do_not_run_in_admission() -> None:
+    admission = Recorder("adm", stage="admission")
+    dispatch = Recorder("dis", Decision(False, "dis", 1, "no"), stage="dispatch")
+    chain = PolicyChain([dispatch, admission])
+    assert await chain.admit(event(Kind.REQUEST), principal()) is ALLOW
+    assert dispatch.seen == []
+    denial = await chain.dispatch(event(Kind.REQUEST), principal(), TARGET)
+    assert denial.policy == "dis"
+    assert admission.seen == ["mcp/request:tools/call:echo"], "dispatch must not have run the admission policy"
+
+
+async def test_each_stage_keeps_the_configured_order() -> None:
+    order: list[str] = []
+
+    @dataclass
+    class Named:
+        name: str
+        stage: str
+
+        async def check(self, ev: Event, who: Principal, target: Target | None) -> Decision | None:
+            order.append(self.name)
+            return None
+
+    chain = PolicyChain(
+        [Named("a1", "admission"), Named("d1", "dispatch"), Named("a2", "admission"), Named("d2", "dispatch")]
+    )
+    await chain.admit(event(Kind.REQUEST), principal())
+    await chain.dispatch(event(Kind.REQUEST), principal(), TARGET)
+    assert order == ["a1", "a2", "d1", "d2"]
+
+
+async def test_capability_denial_stops_admission_before_later_policies() -> None:
+    later = Recorder("later")
+    chain = PolicyChain([CapabilityPolicy(), later])
+    denial = await chain.admit(event(Kind.REQUEST, "tools/call", "x"), principal(name="carol"))
+    assert denial.code == -32093
+    assert denial.data == {"action": "mcp/request:tools/call:x", "principal": "carol"}
+    assert later.seen == []
 
 
 def test_visible_filters_list_items_by_their_would_be_action() -> None:

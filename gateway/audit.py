@@ -1,0 +1,278 @@
+"""The audit stream: one record per decision, as JSON lines written off the event loop.
+
+``record()`` sits on the hot path (every admitted or refused request), so it only stamps the record,
+serializes it and hands it to a bounded queue; a background thread does the file I/O and the
+size-based rotation. When the writer falls behind, records are dropped and counted rather than
+stalling the event loop: an audit trail with a counted gap beats a gateway that stops answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from gateway.config import AuditConfig
+from gateway.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+AuditRecord = dict[str, Any]
+# Called synchronously, in the thread that called record() (the event loop): it must not block and
+# must not mutate the record, which every listener shares. Async work belongs in a task it creates.
+Listener = Callable[[AuditRecord], object]
+
+DEFAULT_QUEUE_SIZE = 10_000
+_WARN_EVERY_S = 60.0
+_BATCH = 512  # lines written between flushes at most
+_STOP = object()
+_DUMPS_OPTIONS = orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS
+
+
+def rfc3339_ms(ts: float) -> str:
+    """``2026-11-22T10:04:05.123Z``: RFC 3339, UTC, milliseconds."""
+    secs, ms = divmod(int(ts * 1000), 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{ms:03d}Z"
+
+
+class _Throttle:
+    """At most one log line per key per interval: a full queue or a broken listener would otherwise
+    write a warning per request, which is its own outage."""
+
+    def __init__(self, every_s: float = _WARN_EVERY_S) -> None:
+        self._every_s = every_s
+        self._last: dict[str, float] = {}
+
+    def ready(self, key: str) -> bool:
+        now = time.monotonic()
+        last = self._last.get(key)
+        if last is not None and now - last < self._every_s:
+            return False
+        self._last[key] = now
+        return True
+
+
+class _RotatingFile:
+    """Append-only file rotated by size, named like logging.handlers.RotatingFileHandler's
+    (``path``, ``path.1`` newest ... ``path.N`` oldest). Used by the writer thread only."""
+
+    def __init__(self, path: str, max_bytes: int, backups: int) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.backups = backups
+        self._file = open(path, "ab")
+        self._size = os.fstat(self._file.fileno()).st_size
+
+    def write(self, line: bytes) -> None:
+        # An empty file is never rotated, so one oversized line still lands (alone) in a file.
+        if self._size and self._size + len(line) > self.max_bytes:
+            self._rotate()
+        self._file.write(line)
+        self._size += len(line)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def _rotate(self) -> None:
+        self._file.close()
+        try:
+            if self.backups > 0:
+                for i in range(self.backups - 1, 0, -1):
+                    src = f"{self.path}.{i}"
+                    if os.path.exists(src):
+                        os.replace(src, f"{self.path}.{i + 1}")
+                os.replace(self.path, f"{self.path}.1")
+                self._file = open(self.path, "ab")
+            else:
+                # No backups kept: start over, so that the file stays bounded all the same.
+                self._file = open(self.path, "wb")
+            self._size = 0
+        finally:
+            if self._file.closed:  # a failed rename: keep appending to the current file
+                self._file = open(self.path, "ab")
+                self._size = os.fstat(self._file.fileno()).st_size
+
+
+class AuditLog:
+    """Audit records to a JSON lines file (when configured), to metrics and to in-process listeners.
+
+    ``record()`` never blocks and never raises; ``close()`` flushes and stops the writer thread.
+    """
+
+    def __init__(self, config: AuditConfig, metrics: Metrics, *, queue_size: int = DEFAULT_QUEUE_SIZE) -> None:
+        self.config = config
+        self._metrics = metrics
+        self._by_outcome: dict[str, Any] = {}
+        self._listeners: tuple[Listener, ...] = ()
+        self._throttle = _Throttle()
+        self._dropped_unreported = 0
+        self._closed = False
+        self._queue: queue.Queue[object] | None = None
+        self._thread: threading.Thread | None = None
+        if config.file:
+            # Opened here so that an unwritable path fails at startup, not silently in the thread.
+            self._out = _RotatingFile(config.file, config.max_bytes, config.backups)
+            self._queue = queue.Queue(queue_size)
+            self._thread = threading.Thread(target=self._run, name="switchboard-audit", daemon=True)
+            self._thread.start()
+
+    # ---- the hot path ------------------------------------------------------------------------
+
+    def record(self, outcome: str, /, **fields: Any) -> None:
+        """Emit one record: ``ts`` and ``outcome`` first, then ``fields`` (None values left out)."""
+        try:
+            rec: AuditRecord = {"ts": rfc3339_ms(time.time()), "outcome": outcome}
+            for key, value in fields.items():
+                if value is not None and key not in rec:
+                    rec[key] = value
+            counter = self._by_outcome.get(outcome)
+            if counter is None:
+                counter = self._by_outcome[outcome] = self._metrics.audit_records.labels(outcome)
+            counter.inc()
+            if self._queue is not None:
+                self._enqueue(orjson.dumps(rec, default=str, option=_DUMPS_OPTIONS))
+            if self._listeners:
+                self._notify(rec)
+        except Exception:
+            if self._throttle.ready("record"):
+                log.exception("audit record (outcome %r) could not be emitted", outcome)
+
+    def _enqueue(self, line: bytes) -> None:
+        assert self._queue is not None
+        if not self._closed:
+            try:
+                self._queue.put_nowait(line)
+                return
+            except queue.Full:
+                pass
+        self._metrics.audit_dropped.inc()
+        self._dropped_unreported += 1
+        if self._throttle.ready("dropped"):
+            why = "the audit log is closed" if self._closed else "the audit writer cannot keep up"
+            log.warning(
+                "dropped %d audit record(s) in the last minute: %s (file %s)",
+                self._dropped_unreported,
+                why,
+                self.config.file,
+            )
+            self._dropped_unreported = 0
+
+    def _notify(self, rec: AuditRecord) -> None:
+        for listener in self._listeners:
+            try:
+                listener(rec)
+            except Exception:
+                if self._throttle.ready(f"listener:{id(listener)}"):
+                    log.exception("audit listener %r failed (further failures this minute not logged)", listener)
+
+    # ---- listeners ---------------------------------------------------------------------------
+
+    def add_listener(self, callback: Listener) -> None:
+        """Call ``callback(record)`` for every record from now on (see ``Listener``)."""
+        self._listeners = (*self._listeners, callback)
+
+    def remove_listener(self, callback: Listener) -> None:
+        """Stop calling ``callback``; unknown callbacks are ignored."""
+        listeners = list(self._listeners)
+        if callback in listeners:
+            listeners.remove(callback)
+            self._listeners = tuple(listeners)
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every record emitted so far is written; False if that took over ``timeout``."""
+        if self._queue is None or self._closed:
+            return True
+        done = threading.Event()
+
+        def wait() -> bool:
+            assert self._queue is not None
+            try:
+                self._queue.put(done, timeout=timeout)
+            except queue.Full:
+                return False
+            return done.wait(timeout)
+
+        return await asyncio.to_thread(wait)
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Write what is queued and stop the writer, waiting ``timeout`` seconds at most.
+        Records emitted afterwards still reach metrics and listeners; the file drops them."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread is not None:
+            await asyncio.to_thread(self._stop_writer, timeout)
+
+    def _stop_writer(self, timeout: float) -> None:
+        assert self._queue is not None and self._thread is not None
+        deadline = time.monotonic() + timeout
+        try:
+            self._queue.put(_STOP, timeout=timeout)
+        except queue.Full:
+            pass
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive():
+            log.warning(
+                "audit writer did not finish within %.1fs; about %d queued record(s) may be lost",
+                timeout,
+                self._queue.qsize(),
+            )
+
+    # ---- the writer thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        assert self._queue is not None
+        q = self._queue
+        stopping = False
+        try:
+            while True:
+                batch = [q.get()] if not stopping else []
+                while len(batch) < _BATCH:
+                    try:
+                        batch.append(q.get_nowait())
+                    except queue.Empty:
+                        break
+                if stopping and not batch:
+                    return
+                lines: list[bytes] = []
+                flushed: list[threading.Event] = []
+                for item in batch:
+                    if item is _STOP:
+                        stopping = True
+                    elif isinstance(item, threading.Event):
+                        flushed.append(item)
+                    else:
+                        lines.append(item)  # type: ignore[arg-type]
+                if lines:
+                    self._write(lines)
+                for event in flushed:
+                    event.set()
+        finally:
+            try:
+                self._out.close()
+            except OSError:
+                log.exception("closing the audit file %s failed", self.config.file)
+
+    def _write(self, lines: list[bytes]) -> None:
+        written = 0
+        try:
+            for line in lines:
+                self._out.write(line)
+                written += 1
+            self._out.flush()
+        except Exception:
+            self._metrics.audit_dropped.inc(len(lines) - written)
+            if self._throttle.ready("write"):
+                log.exception("writing the audit file %s failed", self.config.file)
