@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
+from gateway.admin import AdminApi
 from gateway.config import Config
 from gateway.core import Gateway
 from gateway.federation import View
@@ -82,7 +83,9 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
             await gw.stop()
 
     any_method = ["GET", "POST", "DELETE", "PUT", "PATCH", "OPTIONS", "HEAD"]
+    admin = AdminApi(gw)
     routes = [
+        *admin.routes(),
         Route("/mcp", _Asgi(mcp_fed), methods=any_method),
         Route("/mcp/", _Asgi(mcp_fed), methods=any_method),
         WebSocketRoute("/mcp/ws", ws_fed.serve),

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import socket
 import sys
+from typing import Any
 
 from gateway import __version__
 from gateway.config import Config, ConfigError, default_config, load_config
@@ -38,11 +40,12 @@ def _check(args: argparse.Namespace) -> int:
 def static_problems(config: Config) -> list[str]:
     """What can be known to be wrong without contacting any backend."""
     problems = []
-    if not config.loopback and not config.security.allow_unauthenticated_network:
+    if not config.loopback and config.auth is None and not config.security.allow_unauthenticated_network:
         problems.append(
-            f"listen.host {config.listen.host!r} is not a loopback address; without authentication "
-            "the gateway only serves loopback (bind 127.0.0.1, or set security.allow_unauthenticated_network "
-            "when something in front of it authenticates callers)"
+            f"listen.host {config.listen.host!r} is not a loopback address and there is no auth section: "
+            "anonymous callers would have every capability. Configure auth (principals, jwt), bind "
+            "127.0.0.1, or set security.allow_unauthenticated_network when something in front of the "
+            "gateway authenticates callers"
         )
     # Prefixed names always split back unambiguously: the model already refuses backend names that
     # contain the separator (see config.Config._separator_vs_names).
@@ -92,19 +95,19 @@ def _run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    if not config.loopback:
+    if not config.loopback and config.auth is None:
         logging.getLogger("switchboard").warning(
             "serving %s without authentication (security.allow_unauthenticated_network)", config.listen.host
         )
     try:
         import uvloop
     except ImportError:
-        return asyncio.run(_serve(config))
+        return asyncio.run(_serve(config, args.config))
     # uvicorn's own loop setting only applies when uvicorn creates the loop; here we do.
-    return uvloop.run(_serve(config))
+    return uvloop.run(_serve(config, args.config))
 
 
-async def _serve(config: Config) -> int:
+async def _serve(config: Config, config_path: str | None = None) -> int:
     import uvicorn
 
     from gateway.app import build_app, front_doors
@@ -139,8 +142,47 @@ async def _serve(config: Config) -> int:
     print(f"Switchboard {__version__} listening on {base}", flush=True)
     for line in front_doors(base, config):
         print(f"  {line}", flush=True)
-    await server.serve(sockets=[sock])
+    watcher = asyncio.create_task(_watch_config(app.state.gateway, config_path)) if config_path else None
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        if watcher is not None:
+            watcher.cancel()
     return 0
+
+
+async def _watch_config(gateway: Any, path: str, interval_s: float = 2.0) -> None:
+    """Reload on SIGHUP and when the file changes. A broken file is reported and ignored."""
+    import os
+    import signal
+
+    loop = asyncio.get_running_loop()
+    wake = asyncio.Event()
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGHUP, wake.set)
+    log = logging.getLogger("switchboard.reload")
+
+    def stamp() -> float | None:
+        try:
+            return os.stat(path).st_mtime
+        except OSError:
+            return None
+
+    seen = stamp()
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), interval_s)
+        current = stamp()
+        if not wake.is_set() and current == seen:
+            continue
+        wake.clear()
+        seen = current
+        try:
+            new = await asyncio.to_thread(load_config, path)
+        except ConfigError as exc:
+            log.error("config reload refused, keeping the running config:\n%s", exc)
+            continue
+        gateway.reload(new)
 
 
 def main(argv: list[str] | None = None) -> int:

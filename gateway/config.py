@@ -73,6 +73,9 @@ class Backend(_Model):
         description="Headers sent to this backend only (its own credentials; a client's are never forwarded).",
     )
     server: Literal["demo"] = Field("demo", description="builtin: which in-process server.")
+    validate_arguments: bool = Field(
+        False, description="Check tools/call arguments against the tool's inputSchema before forwarding."
+    )
     era: Literal["auto", "modern", "legacy"] = Field(
         "auto",
         description="MCP era of the backend: auto probes server/discover (2026-07-28) and falls back to "
@@ -164,9 +167,77 @@ class BusConfig(_Model):
     prefix: str = Field("switchboard:", description="redis: prefix of every key and channel.")
 
 
+class Anonymous(_Model):
+    capabilities: list[str] = Field(default_factory=list, description="What an unauthenticated caller may do.")
+
+
+class Jwt(_Model):
+    hs256_secret: str | None = Field(None, description="Shared secret for HS256 tokens.")
+    jwks_file: str | None = Field(None, description="A JWKS document on disk (RS256/ES256 keys).")
+    jwks_url: str | None = Field(None, description="A JWKS document fetched over HTTP(S) and cached.")
+    issuer: str | None = Field(None, description="Required 'iss' claim, when set.")
+    audience: str | None = Field(None, description="Required in the 'aud' claim, when set.")
+    principal_claim: str = Field("sub", description="Claim naming the principal ('participantId' is also read).")
+    max_capabilities: list[str] = Field(
+        default_factory=lambda: ["*"],
+        description="Cap on the capabilities of a JWT whose principal is not listed under principals.",
+    )
+    leeway_s: float = Field(30.0, ge=0, description="Clock skew tolerated on exp/nbf/iat.")
+
+
+class Auth(_Model):
+    anonymous: Anonymous | None = Field(
+        None, description="None: every caller must authenticate. {capabilities: [...]}: anonymous callers get these."
+    )
+    jwt: Jwt | None = Field(None, description="Accept JWTs (HS256 and/or keys from a JWKS).")
+    authorization_servers: list[str] = Field(
+        default_factory=list, description="Named in /.well-known/oauth-protected-resource (RFC 9728)."
+    )
+    resource: str | None = Field(None, description="This gateway's resource identifier (default: its base URL).")
+    admin_token: str | None = Field(None, description="Bearer token of the admin API (/admin/...); none: no admin API.")
+
+
+class PrincipalConfig(_Model):
+    tokens: list[str] = Field(default_factory=list, description="Static bearer tokens (compared in constant time).")
+    capabilities: list[str] = Field(default_factory=list, description="MCPx-style capability patterns.")
+
+
+class Bucket(_Model):
+    per_s: float = Field(gt=0, description="Tokens added per second.")
+    burst: float = Field(gt=0, description="Bucket size: the largest burst allowed.")
+
+
+class RateLimits(_Model):
+    per_principal: Bucket | None = Field(None, description="Every request of one principal.")
+    principals: dict[str, Bucket] = Field(default_factory=dict, description="Overrides of per_principal by name.")
+    per_tool: dict[str, Bucket] = Field(
+        default_factory=dict,
+        description="tools/call per (principal, tool); keys are tool-name patterns as clients see them ('*' for any).",
+    )
+
+
+class Pinning(_Model):
+    mode: Literal["off", "warn", "enforce"] = Field(
+        "warn", description="warn: flag changed tool definitions; enforce: also hide them until approved."
+    )
+
+
+class AuditConfig(_Model):
+    file: str | None = Field(None, description="JSON lines file of every decision; none: metrics only.")
+    max_bytes: int = Field(50 * 1024 * 1024, ge=4096, description="Rotate past this size.")
+    backups: int = Field(5, ge=0, description="Rotated files kept.")
+
+
 class Config(_Model):
     listen: Listen = Field(default_factory=Listen)
     bus: BusConfig = Field(default_factory=BusConfig)
+    auth: Auth | None = Field(
+        None, description="Identity. Without it, anonymous callers have every capability on loopback only."
+    )
+    principals: dict[str, PrincipalConfig] = Field(default_factory=dict)
+    rate_limits: RateLimits = Field(default_factory=RateLimits)
+    pinning: Pinning = Field(default_factory=Pinning)
+    audit: AuditConfig = Field(default_factory=AuditConfig)
     backends: dict[BackendName, Backend] = Field(default_factory=dict)
     federation: Federation = Field(default_factory=Federation)
     security: Security = Field(default_factory=Security)

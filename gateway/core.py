@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from functools import partial
 from typing import Any
 
 from adapters.mcp import LEGACY_VERSIONS
 from gateway import __version__
+from gateway.audit import AuditLog
 from gateway.bus import Bus, make_bus
 from gateway.config import Config
 from gateway.federation import BackendCatalog, Namer, View
@@ -18,9 +20,23 @@ from gateway.router import Router
 from gateway.sessions import ClientSession, SessionStore
 from gateway.upstreams import make_carrier
 from gateway.upstreams.connection import BackendConnection
-from policies import ANONYMOUS_ALL, Principal, default_chain
+from policies import CapabilityPolicy, PolicyChain, Principal
+from policies.arguments import ArgumentValidationPolicy
+from policies.auth import Authenticator, AuthError, Credentials, PrincipalRegistry, bearer_token
+from policies.pinning import PinningPolicy, PinStore
+from policies.ratelimit import RateLimitPolicy
 
 log = logging.getLogger(__name__)
+
+_JWT_CACHE = 4096  # verified JWTs kept (until they expire) so that a request costs no signature check
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
 
 SERVER_INFO = {"name": "switchboard", "title": "Switchboard", "version": __version__}
 
@@ -29,9 +45,21 @@ class Gateway:
     def __init__(self, config: Config, bus: Bus | None = None) -> None:
         self.config = config
         self.metrics = Metrics()
-        self.chain = default_chain()
         self.bus = bus or make_bus(config.bus.kind, config.bus.url, config.bus.prefix)
         self.legacy_versions = LEGACY_VERSIONS
+        self.audit = AuditLog(config.audit, self.metrics)
+        self.pins = PinStore(config.pinning.mode, self.bus, self.audit, self.metrics)
+        self.chain = PolicyChain(
+            [
+                CapabilityPolicy(),
+                RateLimitPolicy(config.rate_limits, self.bus),
+                ArgumentValidationPolicy(name for name, b in config.backends.items() if b.validate_arguments),
+                PinningPolicy(self.pins),
+            ]
+        )
+        self.principals = PrincipalRegistry(config.principals)
+        self.authenticator = Authenticator(config.auth, self.principals)
+        self._jwt_cache: dict[str, Credentials] = {}
         self.router = Router(self)
         self.parking = Parking(config.limits.client_request_timeout_s)
         self.sessions = SessionStore(config.limits, self._session_ended)
@@ -69,6 +97,7 @@ class Gateway:
         self.parking.close()
         await self.sessions.stop()
         await asyncio.gather(*(conn.close() for conn in self.connections.values()), return_exceptions=True)
+        await self.audit.close()
         await self.bus.close()
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
@@ -88,14 +117,62 @@ class Gateway:
 
     # ---- sessions ----------------------------------------------------------------------------
 
-    def principal_for(self, scope: dict[str, Any]) -> Principal:
-        """Authentication hook: every front door asks here. Without an auth section, loopback only."""
-        return ANONYMOUS_ALL
+    def authenticate(self, scope: dict[str, Any]) -> Credentials:
+        """Who is calling (raises AuthError). Every front door asks here, on every request."""
+        token = bearer_token(_header(scope, b"authorization"))
+        if token is not None and token.count(".") == 2:
+            cached = self._jwt_cache.get(token)
+            if cached is not None and (cached.expires is None or cached.expires > time.time()):
+                return cached
+            credentials = self.authenticator.authenticate(token)
+            if len(self._jwt_cache) >= _JWT_CACHE:
+                self._jwt_cache.pop(next(iter(self._jwt_cache)))
+            self._jwt_cache[token] = credentials
+            return credentials
+        return self.authenticator.authenticate(token)
 
-    def open_session(self, transport: str, view: View, scope: dict[str, Any]) -> ClientSession:
-        session = self.sessions.create(transport, view, self.principal_for(scope))
+    def principal_of(self, credentials: Credentials) -> Principal:
+        return self.authenticator.principal(credentials)
+
+    def check_same_caller(self, session: ClientSession, scope: dict[str, Any]) -> None:
+        """A session's later requests must come from the principal that opened it."""
+        credentials = self.authenticate(scope)
+        if credentials.name != session.credentials.name or credentials.kind != session.credentials.kind:
+            raise AuthError("this session belongs to another principal", True)
+
+    def open_session(self, transport: str, view: View, credentials: Credentials) -> ClientSession:
+        session = self.sessions.create(transport, view, self.principal_of(credentials))
+        session.credentials = credentials
         self.metrics.sessions.labels(transport).inc()
         return session
+
+    def reload(self, config: Config) -> list[str]:
+        """Apply a changed config to the running gateway; returns what it could not apply live.
+
+        Identity (auth, principals) applies at once, to live sessions too. Backends, listen address,
+        bus and limits need a restart; they are reported, not half-applied.
+        """
+        self.principals.replace(config.principals)
+        self.authenticator = Authenticator(config.auth, self.principals)
+        self.config = self.config.model_copy(update={"auth": config.auth, "principals": config.principals})
+        self.principals_changed()
+        needs_restart = [
+            key
+            for key in ("listen", "backends", "bus", "limits", "federation", "rate_limits", "pinning", "audit")
+            if getattr(config, key) != getattr(self.config, key)
+        ]
+        log.info(
+            "config reloaded: %d principal(s)%s",
+            len(config.principals),
+            f"; needs a restart to apply: {', '.join(needs_restart)}" if needs_restart else "",
+        )
+        return needs_restart
+
+    def principals_changed(self) -> None:
+        """Re-resolve every live session's principal: runtime changes apply at once."""
+        self._jwt_cache.clear()
+        for session in self.sessions:
+            session.principal = self.principal_of(session.credentials)
 
     def _session_ended(self, session: ClientSession) -> None:
         self.metrics.sessions.labels(session.transport).dec()

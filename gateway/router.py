@@ -31,6 +31,7 @@ from gateway.federation import (
 )
 from gateway.sessions import ClientSession, Outgoing, level_rank
 from gateway.upstreams.connection import BackendConnection
+from policies.chain import Decision, Target
 
 if TYPE_CHECKING:
     from gateway.core import Gateway
@@ -78,6 +79,15 @@ _MAX_INPUT_ROUNDS = 16
 _STARTUP_GRACE_S = 5.0
 
 Handler = Callable[["Router", ClientSession, Event, Channel], Awaitable[dict[str, Any]]]
+
+
+class PolicyDenied(jsonrpc.RpcError):
+    """A dispatch-stage policy said no (the request's target was already known)."""
+
+    def __init__(self, decision: Decision, backend: str) -> None:
+        super().__init__(decision.code, decision.reason, decision.data)
+        self.decision = decision
+        self.backend = backend
 
 
 class CallSink:
@@ -194,9 +204,11 @@ class Router:
         event = adapters.annotate(
             mcp_adapter.decode(message, shape, session=session.id, principal=session.principal.name)
         )
-        decision = self._gw.chain.decide(event, session.principal)
+        started = time.perf_counter()
+        decision = await self._gw.chain.admit(event, session.principal)
         if not decision.allowed:
-            self._gw.metrics.observe_request(self._metric_method(event.method), "gateway", "denied", None)
+            self._gw.metrics.observe_request(self._metric_method(event.method), "gateway", decision.outcome, None)
+            self._audit(session, event, decision.outcome, "gateway", started, decision.reason)
             if shape is jsonrpc.Shape.NOTIFICATION:
                 log.info("dropped notification %s: %s", event.method, decision.reason)
                 return None
@@ -207,12 +219,17 @@ class Router:
         if not session.initialized and session.protocol_version is None and event.method not in ("initialize", "ping"):
             return jsonrpc.error(event.rpc_id, jsonrpc.INVALID_REQUEST, "Session not initialized")
         handler = self._handlers.get(event.method or "", Router._passthrough)
-        started = time.perf_counter()
         backend = "gateway"
+        decided = "allowed"
+        reason = None
         try:
             response = await handler(self, session, event, channel)
             backend = response.pop("_sb_backend", "gateway") if isinstance(response, dict) else "gateway"
             outcome = "error" if "error" in response else "ok"
+        except PolicyDenied as denied:
+            response = jsonrpc.error_from(event.rpc_id, denied)
+            decided = outcome = denied.decision.outcome
+            backend, reason = denied.backend, denied.message
         except jsonrpc.RpcError as exc:
             response = jsonrpc.error_from(event.rpc_id, exc)
             outcome = {
@@ -221,7 +238,33 @@ class Router:
             }.get(exc.code, "error")
         method_label = self._metric_method(event.method)
         self._gw.metrics.observe_request(method_label, backend, outcome, time.perf_counter() - started)
+        self._audit(session, event, decided, backend, started, reason, result=outcome)
         return response
+
+    def _audit(
+        self,
+        session: ClientSession,
+        event: Event,
+        outcome: str,
+        backend: str,
+        started: float,
+        reason: str | None = None,
+        result: str | None = None,
+    ) -> None:
+        """One audit record per decision (the MGP adapter re-emits these as notifications/mgp.audit)."""
+        self._gw.audit.record(
+            outcome,
+            principal=session.principal.name,
+            dialect=event.dialect.value,
+            action=event.action,
+            method=event.method,
+            backend=backend,
+            session=session.id[:8],
+            trace_id=event.trace_id or event.id,
+            latency_ms=round((time.perf_counter() - started) * 1000, 3),
+            **({"reason": reason} if reason else {}),
+            **({"result": result} if result else {}),
+        )
 
     @staticmethod
     def _metric_method(method: str | None) -> str:
@@ -285,6 +328,9 @@ class Router:
         merged = await self.merged(session.view, kind)
         principal = session.principal
         items = merged.items
+        if kind == "tools" and self._gw.config.pinning.mode == "enforce":
+            # A tool whose definition changed is withheld until an administrator approves it.
+            items = [i for i in items if not self._gw.pins.is_hidden(*merged.index[i["name"]])]
         if not principal.capabilities.everything:
             items = [i for i in items if self._gw.chain.visible(self._item_action(kind, i), principal)]
         size = self._gw.config.federation.page_size
@@ -327,6 +373,7 @@ class Router:
             if kind == "tools":
                 # Kept for the modern era's Mcp-Param-* headers toward this backend.
                 conn.tool_schemas = {t["name"]: t.get("inputSchema") for t in items}
+                await self._gw.pins.observe(name, items)
             return items
 
         outcomes = await asyncio.gather(*(one(n) for n in names), return_exceptions=True)
@@ -400,6 +447,12 @@ class Router:
     async def _named_call(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
         kind: ListKind = "tools" if event.method == "tools/call" else "prompts"
         backend, original = await self._resolve_name(session.view, kind, event.params.get("name"))
+        if kind == "tools" and self._gw.chain.has_dispatch:
+            merged = session.view.merged.get("tools")
+            item = merged.by_key.get(event.params.get("name")) if merged is not None else None
+            decision = await self._gw.chain.dispatch(event, session.principal, Target(backend, original, item))
+            if not decision.allowed:
+                raise PolicyDenied(decision, backend)
         return await self._forward(session, event, backend, {**event.params, "name": original}, channel)
 
     async def _uri_call(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.channels import Channel
 from gateway.config import Limits
 from gateway.events import Dialect
+from policies.auth import Credentials
 from policies.principal import Principal
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ class ClientSession:
         self.client_info: dict[str, Any] = {}
         self.client_capabilities: dict[str, Any] = {}
         self.dialects: frozenset[Dialect] = frozenset({Dialect.MCP})
+        self.credentials: Credentials = Credentials("anonymous", "anonymous")
         self.initialized = False
         self.log_level: str | None = None
         self.created = self.last_seen = time.monotonic()

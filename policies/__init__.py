@@ -1,7 +1,7 @@
 """Every allow/deny/transform decision, as small policies in one ordered chain."""
 
 from policies.capabilities import CapabilityPolicy
-from policies.chain import ALLOW, Decision, Policy, PolicyChain
+from policies.chain import ALLOW, Decision, Policy, PolicyChain, Target
 from policies.patterns import CapabilitySet, matches
 from policies.principal import ANONYMOUS_ALL, Principal
 
@@ -19,6 +19,7 @@ __all__ = [
     "Policy",
     "PolicyChain",
     "Principal",
+    "Target",
     "default_chain",
     "matches",
 ]

@@ -48,20 +48,32 @@ def matches(pattern: str, action: str) -> bool:
 class CapabilitySet:
     """An immutable set of patterns with a cached verdict per action."""
 
-    __slots__ = ("_cache", "_matchers", "everything", "patterns")
+    __slots__ = ("_cache", "_matchers", "_within", "everything", "patterns")
 
-    def __init__(self, patterns: Iterable[str]) -> None:
+    def __init__(self, patterns: Iterable[str], within: CapabilitySet | None = None) -> None:
         self.patterns: tuple[str, ...] = tuple(dict.fromkeys(p for p in patterns if p))
-        self.everything = "*" in self.patterns
+        # A narrowed set (e.g. a JWT's claim inside the configured set) allows only what both allow.
+        self._within = within if within is not None and not within.everything else None
+        self.everything = "*" in self.patterns and self._within is None
         self._matchers = tuple(_compile(p) for p in self.patterns)
         self._cache: dict[str, bool] = {}
+
+    def narrowed(self, other: CapabilitySet) -> CapabilitySet:
+        """The capabilities in both sets: ``self`` can only lose by it, never gain."""
+        if other.everything:
+            return self
+        if self.everything:
+            return other
+        return CapabilitySet(self.patterns, within=other if self._within is None else self._within.narrowed(other))
 
     def allows(self, action: str) -> bool:
         if self.everything:
             return True
         verdict = self._cache.get(action)
         if verdict is None:
-            verdict = any(match(action) for match in self._matchers)
+            verdict = any(match(action) for match in self._matchers) and (
+                self._within is None or self._within.allows(action)
+            )
             if len(self._cache) < 8192:
                 self._cache[action] = verdict
         return verdict
@@ -69,8 +81,18 @@ class CapabilitySet:
     def __repr__(self) -> str:
         return f"CapabilitySet({list(self.patterns)!r})"
 
+    def describe(self) -> list[str]:
+        """The patterns, with what they are narrowed by, for the admin API and welcome messages."""
+        if self._within is None:
+            return list(self.patterns)
+        return [*self.patterns, *(f"(within) {p}" for p in self._within.describe())]
+
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, CapabilitySet) and set(self.patterns) == set(other.patterns)
+        return (
+            isinstance(other, CapabilitySet)
+            and set(self.patterns) == set(other.patterns)
+            and self._within == other._within
+        )
 
     def __hash__(self) -> int:
-        return hash(frozenset(self.patterns))
+        return hash((frozenset(self.patterns), self._within))

@@ -140,3 +140,21 @@ def drop_hook(scope: Scope) -> Callable[[], None]:
         return abort  # type: ignore[no-any-return]
     task = asyncio.current_task()
     return task.cancel if task is not None else (lambda: None)
+
+
+def base_url(scope: Scope) -> str:
+    """This gateway's base URL as the client addressed it (for metadata and WWW-Authenticate)."""
+    host = header(scope, b"host") or "localhost"
+    return f"{scope.get('scheme', 'http')}://{host}{scope.get('root_path', '')}"
+
+
+async def send_unauthorized(send: Send, scope: Scope, reason: str, error: str | None, rpc_id: Any = None) -> None:
+    """401 with the RFC 6750 challenge and, per RFC 9728, where the resource metadata is."""
+    challenge = (
+        f'Bearer realm="switchboard", resource_metadata="{base_url(scope)}/.well-known/oauth-protected-resource"'
+    )
+    if error:
+        challenge += f', error="{error}", error_description="{reason}"'
+    await send_rpc_error(
+        send, 401, jsonrpc.INVALID_REQUEST, f"Unauthorized: {reason}", rpc_id, extra=[("www-authenticate", challenge)]
+    )

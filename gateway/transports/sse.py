@@ -29,7 +29,9 @@ from gateway.transports.http_common import (
     read_body,
     send_bytes,
     send_rpc_error,
+    send_unauthorized,
 )
+from policies.auth import AuthError
 
 if TYPE_CHECKING:
     from gateway.core import Gateway
@@ -72,7 +74,12 @@ class LegacySseDoor:
         if self._gw.sessions.full():
             await send_rpc_error(send, 503, jsonrpc.INTERNAL_ERROR, "Too many sessions")
             return
-        session = self._gw.open_session(TRANSPORT, view, scope)
+        try:
+            credentials = self._gw.authenticate(scope)
+        except AuthError as exc:
+            await send_unauthorized(send, scope, exc.reason, exc.error)
+            return
+        session = self._gw.open_session(TRANSPORT, view, credentials)
         channel = session.standalone
         channel.attached = True
         endpoint = f"{scope.get('root_path', '')}{self._messages_path(scope)}?session_id={session.id}"
@@ -157,6 +164,11 @@ class LegacySseDoor:
         session = self._gw.sessions.get(session_id)
         if session is None or session.transport != TRANSPORT or session.view is not self._view_of(scope):
             await send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "Session not found")
+            return
+        try:
+            self._gw.check_same_caller(session, scope)
+        except AuthError as exc:
+            await send_unauthorized(send, scope, exc.reason, exc.error)
             return
         try:
             body = await read_body(receive, self._limits.max_body_bytes, header(scope, b"content-length"))

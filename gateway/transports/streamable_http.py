@@ -31,8 +31,25 @@ from gateway.transports.http_common import (
     read_body,
     send_bytes,
     send_rpc_error,
+    send_unauthorized,
 )
 from gateway.transports.streamable_http_modern import ModernExchange
+from policies.auth import AuthError
+from policies.ratelimit import RATE_LIMITED
+
+
+def http_status_of(response: dict[str, Any], default: int = 200) -> int:
+    """A rate-limited answer is 429 where the transport can say so (the JSON-RPC error says it too)."""
+    error = response.get("error")
+    return 429 if isinstance(error, dict) and error.get("code") == RATE_LIMITED else default
+
+
+def retry_after(response: dict[str, Any] | None) -> str | None:
+    error = (response or {}).get("error")
+    data = error.get("data") if isinstance(error, dict) else None
+    ms = data.get("retryAfterMs") if isinstance(data, dict) else None
+    return str(max(1, -(-int(ms) // 1000))) if isinstance(ms, (int, float)) else None
+
 
 if TYPE_CHECKING:
     from gateway.core import Gateway
@@ -105,6 +122,11 @@ class StreamableHttpDoor:
         if session is None or session.view is not view or session.transport != TRANSPORT:
             await send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "Session not found")
             return None
+        try:
+            self._gw.check_same_caller(session, scope)
+        except AuthError as exc:
+            await send_unauthorized(send, scope, exc.reason, exc.error)
+            return None
         version = header(scope, b"mcp-protocol-version")
         if version is not None and version != session.protocol_version and version not in self._gw.legacy_versions:
             await send_rpc_error(send, 400, jsonrpc.INVALID_REQUEST, f"Unsupported MCP-Protocol-Version: {version}")
@@ -171,7 +193,12 @@ class StreamableHttpDoor:
             if self._gw.sessions.full():
                 await send_rpc_error(send, 503, jsonrpc.INTERNAL_ERROR, "Too many sessions", message["id"])
                 return
-            session = self._gw.open_session(TRANSPORT, view, scope)
+            try:
+                credentials = self._gw.authenticate(scope)
+            except AuthError as exc:
+                await send_unauthorized(send, scope, exc.reason, exc.error, message["id"])
+                return
+            session = self._gw.open_session(TRANSPORT, view, credentials)
             extra.append(("mcp-session-id", session.id))
         else:
             found = await self._session(scope, send, view)
@@ -263,6 +290,11 @@ class StreamableHttpDoor:
         status = 200
         if response is not None and finish is not None:
             status, response = finish(response)
+        elif response is not None:
+            status = http_status_of(response, status)
+        retry = retry_after(response) if status == 429 else None
+        if retry is not None:
+            extra = [*extra, ("retry-after", retry)]
         if writer is None:
             if gone is not None:
                 gone.cancel()

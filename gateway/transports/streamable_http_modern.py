@@ -19,7 +19,17 @@ from adapters import mcp_modern
 from gateway import jsonrpc, sse
 from gateway.channels import ChannelOverflow
 from gateway.sessions import ClientSession
-from gateway.transports.http_common import Receive, Scope, Send, drop_hook, send_bytes, send_rpc_error
+from gateway.transports.http_common import (
+    Receive,
+    Scope,
+    Send,
+    drop_hook,
+    send_bytes,
+    send_rpc_error,
+    send_unauthorized,
+)
+from policies.auth import AuthError, Credentials
+from policies.ratelimit import RATE_LIMITED
 
 if TYPE_CHECKING:
     from gateway.core import Gateway
@@ -39,6 +49,7 @@ _STATUS = {
     mcp_modern.MISSING_REQUIRED_CLIENT_CAPABILITY: 400,
     mcp_modern.UNSUPPORTED_PROTOCOL_VERSION: 400,
     jsonrpc.METHOD_NOT_FOUND: 404,
+    RATE_LIMITED: 429,
 }
 _LIST_FILTERS = {
     "toolsListChanged": "notifications/tools/list_changed",
@@ -66,6 +77,11 @@ class ModernExchange:
         rpc_id = message["id"]
         headers = _headers(scope)
         try:
+            credentials = self._gw.authenticate(scope)
+        except AuthError as exc:
+            await send_unauthorized(send, scope, exc.reason, exc.error, rpc_id)
+            return
+        try:
             envelope = mcp_modern.read_envelope(message, headers.get("mcp-protocol-version"))
             mcp_modern.check_headers(headers, message, envelope)
         except mcp_modern.ModernRejection as exc:
@@ -75,13 +91,13 @@ class ModernExchange:
         if method in mcp_modern.REMOVED_METHODS:
             await send_rpc_error(send, 404, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}", rpc_id)
             return
-        session = self._session(view, scope, envelope)
+        session = self._session(view, credentials, envelope)
         if method == "server/discover":
             result = self.discover(view)
             await send_bytes(send, 200, jsonrpc.dumps(jsonrpc.result(rpc_id, result)))
             return
         if method == "subscriptions/listen":
-            await self._listen(scope, receive, send, view, message, envelope)
+            await self._listen(scope, receive, send, view, message, envelope, credentials)
             return
         if method == "tools/call":
             try:
@@ -100,11 +116,12 @@ class ModernExchange:
             cancel_on_disconnect=True,
         )
 
-    def _session(self, view: View, scope: Scope, envelope: mcp_modern.Envelope) -> ClientSession:
+    def _session(self, view: View, credentials: Credentials, envelope: mcp_modern.Envelope) -> ClientSession:
         """A session for this one exchange: the client's envelope stands in for initialize."""
         session = ClientSession(
-            secrets.token_urlsafe(12), TRANSPORT, view, self._gw.principal_for(scope), self._gw.config.limits
+            secrets.token_urlsafe(12), TRANSPORT, view, self._gw.principal_of(credentials), self._gw.config.limits
         )
+        session.credentials = credentials
         session.protocol_version = envelope.version
         session.client_capabilities = envelope.capabilities
         session.client_info = envelope.client_info
@@ -152,6 +169,7 @@ class ModernExchange:
         view: View,
         message: dict[str, Any],
         envelope: mcp_modern.Envelope,
+        credentials: Credentials,
     ) -> None:
         """A long-lived stream of the notifications the client opted in to, each tagged with the
         subscription id (the listen request's id). It replaces the legacy GET stream and
@@ -165,7 +183,7 @@ class ModernExchange:
         honored: dict[str, Any] = {k: True for k in _LIST_FILTERS if wanted.get(k) is True}
         methods = {_LIST_FILTERS[k] for k in honored}
         uris = wanted.get("resourceSubscriptions")
-        listener = self._gw.open_session(LISTEN_TRANSPORT, view, scope)
+        listener = self._gw.open_session(LISTEN_TRANSPORT, view, credentials)
         listener.protocol_version = envelope.version
         listener.client_capabilities = envelope.capabilities
         listener.initialized = True

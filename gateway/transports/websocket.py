@@ -13,6 +13,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from gateway import jsonrpc
 from gateway.channels import ChannelOverflow
 from gateway.transports.http_common import OriginGuard
+from policies.auth import AuthError
 
 if TYPE_CHECKING:
     from gateway.core import Gateway
@@ -43,9 +44,15 @@ class WebSocketDoor:
         if self._gw.sessions.full():
             await ws.close(code=_TRY_AGAIN_LATER, reason="Too many sessions")
             return
+        try:
+            credentials = self._gw.authenticate(ws.scope)
+        except AuthError as exc:
+            # Refused before the upgrade completes (the HTTP answer is 403 with this close).
+            await ws.close(code=_POLICY_VIOLATION, reason=f"Unauthorized: {exc.reason}")
+            return
         offered = ws.scope.get("subprotocols") or []
         await ws.accept(subprotocol="mcp" if "mcp" in offered else None)
-        session = self._gw.open_session(TRANSPORT, view, ws.scope)
+        session = self._gw.open_session(TRANSPORT, view, credentials)
         session.standalone.attached = True
         writer = asyncio.create_task(self._write(ws, session))
         tasks: set[asyncio.Task[None]] = set()

@@ -1,0 +1,158 @@
+"""The admin API and the protected-resource metadata (RFC 9728).
+
+Admin calls carry ``Authorization: Bearer <auth.admin_token>``; without an admin token in config
+there is no admin API (every call is 404). Changes to principals apply to live sessions at once.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gateway.config import PrincipalConfig
+from gateway.transports.http_common import base_url
+from policies.auth import bearer_token
+
+if TYPE_CHECKING:
+    from gateway.core import Gateway
+
+
+def _error(status: int, message: str) -> Response:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+class AdminApi:
+    def __init__(self, gateway: Gateway) -> None:
+        self._gw = gateway
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/.well-known/oauth-protected-resource", self.resource_metadata, methods=["GET"]),
+            Route("/.well-known/oauth-protected-resource/{path:path}", self.resource_metadata, methods=["GET"]),
+            Route("/admin/principals", self.list_principals, methods=["GET"]),
+            Route("/admin/principals/{name}", self.put_principal, methods=["PUT"]),
+            Route("/admin/principals/{name}", self.delete_principal, methods=["DELETE"]),
+            Route("/admin/principals/{name}/capabilities", self.change_capabilities, methods=["POST"]),
+            Route("/admin/pins", self.list_pins, methods=["GET"]),
+            Route("/admin/pins/{backend}/{tool}/approve", self.approve_pin, methods=["POST"]),
+        ]
+
+    async def resource_metadata(self, request: Request) -> Response:
+        auth = self._gw.config.auth
+        resource = (auth.resource if auth and auth.resource else None) or f"{base_url(request.scope)}/mcp"
+        return JSONResponse(
+            {
+                "resource": resource,
+                "authorization_servers": list(auth.authorization_servers) if auth else [],
+                "bearer_methods_supported": ["header"],
+                "resource_name": "Switchboard",
+            }
+        )
+
+    def _authorized(self, request: Request) -> Response | None:
+        auth = self._gw.config.auth
+        if auth is None or not auth.admin_token:
+            return _error(404, "no admin API: set auth.admin_token")
+        token = bearer_token(request.headers.get("authorization"))
+        if token is None or not hmac.compare_digest(token.encode(), auth.admin_token.encode()):
+            return JSONResponse(
+                {"error": "admin token required"},
+                status_code=401,
+                headers={"www-authenticate": 'Bearer realm="switchboard-admin"'},
+            )
+        return None
+
+    async def _json(self, request: Request) -> Any:
+        try:
+            return orjson.loads(await request.body())
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"body is not JSON: {exc}") from None
+
+    async def list_principals(self, request: Request) -> Response:
+        if (refused := self._authorized(request)) is not None:
+            return refused
+        registry = self._gw.principals
+        principals = {}
+        for name in registry.names():
+            config = registry.get(name)
+            assert config is not None
+            principals[name] = {"capabilities": config.capabilities, "tokens": len(config.tokens)}
+        sessions: dict[str, int] = {}
+        for session in self._gw.sessions:
+            sessions[session.principal.name] = sessions.get(session.principal.name, 0) + 1
+        return JSONResponse({"principals": principals, "sessions": sessions})
+
+    async def put_principal(self, request: Request) -> Response:
+        if (refused := self._authorized(request)) is not None:
+            return refused
+        name = request.path_params["name"]
+        try:
+            body = await self._json(request)
+            config = PrincipalConfig.model_validate(body)
+        except (ValueError, ValidationError) as exc:
+            return _error(400, str(exc))
+        existing = self._gw.principals.get(name)
+        if existing is not None and "tokens" not in (body or {}):
+            config = config.model_copy(update={"tokens": existing.tokens})  # keep tokens unless given
+        self._gw.principals.upsert(name, config)
+        self._gw.principals_changed()
+        self._gw.audit.record("principal_changed", principal=name, capabilities=config.capabilities)
+        return JSONResponse({"principal": name, "capabilities": config.capabilities})
+
+    async def change_capabilities(self, request: Request) -> Response:
+        """``{add: [...], remove: [...]}``, the shape MCPx §11.3 uses for capability promotion."""
+        if (refused := self._authorized(request)) is not None:
+            return refused
+        name = request.path_params["name"]
+        existing = self._gw.principals.get(name)
+        if existing is None:
+            return _error(404, f"no principal {name!r}")
+        try:
+            body = await self._json(request)
+        except ValueError as exc:
+            return _error(400, str(exc))
+        add = body.get("add", []) if isinstance(body, dict) else None
+        remove = body.get("remove", []) if isinstance(body, dict) else None
+        if (
+            not isinstance(add, list)
+            or not isinstance(remove, list)
+            or not all(isinstance(c, str) for c in add + remove)
+        ):
+            return _error(400, "body must be {add: [patterns], remove: [patterns]}")
+        capabilities = [c for c in existing.capabilities if c not in remove] + [
+            c for c in add if c not in existing.capabilities
+        ]
+        self._gw.principals.upsert(name, existing.model_copy(update={"capabilities": capabilities}))
+        self._gw.principals_changed()
+        self._gw.audit.record("principal_changed", principal=name, capabilities=capabilities)
+        return JSONResponse({"principal": name, "capabilities": capabilities})
+
+    async def delete_principal(self, request: Request) -> Response:
+        if (refused := self._authorized(request)) is not None:
+            return refused
+        name = request.path_params["name"]
+        if not self._gw.principals.remove(name):
+            return _error(404, f"no principal {name!r}")
+        self._gw.principals_changed()
+        self._gw.audit.record("principal_removed", principal=name)
+        return Response(status_code=204)
+
+    async def list_pins(self, request: Request) -> Response:
+        if (refused := self._authorized(request)) is not None:
+            return refused
+        return JSONResponse({"mode": self._gw.config.pinning.mode, "pending": self._gw.pins.pending()})
+
+    async def approve_pin(self, request: Request) -> Response:
+        if (refused := self._authorized(request)) is not None:
+            return refused
+        backend, tool = request.path_params["backend"], request.path_params["tool"]
+        if not await self._gw.pins.approve(backend, tool):
+            return _error(404, f"no changed definition of {backend}/{tool} awaits approval")
+        self._gw.catalogs[backend].invalidate("tools") if backend in self._gw.catalogs else None
+        return JSONResponse({"approved": f"{backend}/{tool}"})
