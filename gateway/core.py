@@ -89,6 +89,8 @@ class Gateway:
 
     async def start(self) -> None:
         await self.bus.start()
+        if self.authenticator.jwt is not None and self.authenticator.jwt.config.jwks_url:
+            await self.authenticator.jwt.refresh()
         for conn in self.connections.values():
             await conn.start()
         self.sessions.start()

@@ -49,6 +49,9 @@ class Credentials:
     expires: float | None = None
 
 
+_JWKS_MIN_INTERVAL_S = 60.0
+
+
 def _b64url(data: str) -> bytes:
     return base64.urlsafe_b64decode(data + "=" * (-len(data) % 4))
 
@@ -104,8 +107,44 @@ class JwtVerifier:
     def __init__(self, config: Jwt) -> None:
         self.config = config
         self._keys: dict[str | None, Any] = {}
+        self._last_fetch = 0.0
+        self._fetching: Any = None  # the background refresh in progress, if any
         if config.jwks_file:
             self.load_jwks(json.loads(Path(config.jwks_file).read_text()))
+
+    async def refresh(self) -> bool:
+        """Fetch ``jwks_url`` (keys rotate: an unknown kid triggers this, at most once a minute)."""
+        if not self.config.jwks_url:
+            return False
+        from gateway.upstreams.httpclient import ConnectionPool, HttpError, target_of
+
+        self._last_fetch = time.monotonic()
+        pool = ConnectionPool(self.config.jwks_url, max_connections=1)
+        try:
+            response = await pool.request("GET", target_of(self.config.jwks_url), {"accept": "application/json"})
+            body = await response.read()
+            if response.status != 200:
+                raise HttpError(f"HTTP {response.status}")
+            self.load_jwks(json.loads(body))
+            log.info("JWKS loaded from %s: %d key(s)", self.config.jwks_url, len(self._keys))
+            return True
+        except (HttpError, ValueError) as exc:
+            log.error("JWKS fetch from %s failed: %s", self.config.jwks_url, exc)
+            return False
+        finally:
+            await pool.aclose()
+
+    def _refresh_soon(self) -> None:
+        import asyncio
+
+        if not self.config.jwks_url or time.monotonic() - self._last_fetch < _JWKS_MIN_INTERVAL_S:
+            return
+        if self._fetching is not None and not self._fetching.done():
+            return
+        try:
+            self._fetching = asyncio.get_running_loop().create_task(self.refresh())
+        except RuntimeError:
+            pass
 
     def load_jwks(self, document: dict[str, Any]) -> None:
         from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -142,7 +181,7 @@ class JwtVerifier:
             expected = hmac.new(self.config.hs256_secret.encode(), signed, hashlib.sha256).digest()
             if not hmac.compare_digest(expected, signature):
                 raise AuthError("token signature does not verify", True)
-        elif alg in ("RS256", "ES256") and self._keys:
+        elif alg in ("RS256", "ES256") and (self._keys or self.config.jwks_url):
             self._verify_asymmetric(alg, header.get("kid"), signed, signature)
         else:
             raise AuthError(f"token algorithm {alg!r} is not accepted", True)
@@ -160,6 +199,7 @@ class JwtVerifier:
             else (next(iter(self._keys.values())) if len(self._keys) == 1 else None)
         )
         if key is None:
+            self._refresh_soon()  # keys rotate; the client's next try may find the new key
             raise AuthError(f"no key {kid!r} in the JWKS", True)
         try:
             if alg == "RS256":

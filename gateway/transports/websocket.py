@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from gateway import jsonrpc
@@ -47,8 +48,18 @@ class WebSocketDoor:
         try:
             credentials = self._gw.authenticate(ws.scope)
         except AuthError as exc:
-            # Refused before the upgrade completes (the HTTP answer is 403 with this close).
-            await ws.close(code=_POLICY_VIOLATION, reason=f"Unauthorized: {exc.reason}")
+            # Refused before the upgrade: a real 401 where the server can send one, else a close.
+            if "websocket.http.response" in ws.scope.get("extensions", {}):
+                challenge = 'Bearer realm="switchboard"' + (f', error="{exc.error}"' if exc.error else "")
+                await ws.send_denial_response(
+                    JSONResponse(
+                        {"error": f"Unauthorized: {exc.reason}"},
+                        status_code=401,
+                        headers={"www-authenticate": challenge},
+                    )
+                )
+            else:
+                await ws.close(code=_POLICY_VIOLATION, reason=f"Unauthorized: {exc.reason}")
             return
         offered = ws.scope.get("subprotocols") or []
         await ws.accept(subprotocol="mcp" if "mcp" in offered else None)

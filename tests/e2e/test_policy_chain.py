@@ -364,3 +364,39 @@ async def test_audit_records_denials_and_rate_limits(tmp_path: Path) -> None:
     assert by_outcome["rate_limited"]["principal"] == "reader"
     assert by_outcome["denied"]["action"] == "mcp/request:tools/call:add"
     assert 'switchboard_audit_records_total{outcome="denied"}' in metrics
+
+
+async def test_every_front_door_authenticates(gateway: RunningGateway) -> None:
+    import websockets
+
+    ws_url = gateway.url.replace("http://", "ws://") + "/mcp/ws"
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        async with websockets.connect(ws_url, subprotocols=["mcp"]):  # type: ignore[list-item]
+            pass
+    assert refused.value.response.status_code == 401
+    async with websockets.connect(
+        ws_url,
+        subprotocols=["mcp"],
+        additional_headers={"authorization": "Bearer reader-token"},  # type: ignore[list-item]
+    ) as ws:
+        await ws.send(json.dumps(INIT))
+        assert json.loads(await ws.recv())["result"]["serverInfo"]["name"] == "switchboard"
+    async with httpx.AsyncClient(timeout=5) as http:
+        sse = await http.get(f"{gateway.url}/sse", headers={"accept": "text/event-stream"})
+        assert sse.status_code == 401 and "resource_metadata=" in sse.headers["www-authenticate"]
+        modern = await http.post(
+            gateway.mcp,
+            json={
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "tools/list",
+                "params": {
+                    "_meta": {
+                        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                        "io.modelcontextprotocol/clientCapabilities": {},
+                    }
+                },
+            },
+            headers={**JSON_HEADERS, "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/list"},
+        )
+        assert modern.status_code == 401
