@@ -40,12 +40,11 @@ def _check(args: argparse.Namespace) -> int:
 def static_problems(config: Config) -> list[str]:
     """What can be known to be wrong without contacting any backend."""
     problems = []
-    if not config.loopback and config.auth is None and not config.security.allow_unauthenticated_network:
+    if not config.loopback and config.auth is None:
         problems.append(
             f"listen.host {config.listen.host!r} is not a loopback address and there is no auth section: "
-            "anonymous callers would have every capability. Configure auth (principals, jwt), bind "
-            "127.0.0.1, or set security.allow_unauthenticated_network when something in front of the "
-            "gateway authenticates callers"
+            "anonymous callers would have every capability. Configure auth (principals, jwt; "
+            "auth.anonymous to admit unauthenticated callers with chosen capabilities) or bind 127.0.0.1"
         )
     # Prefixed names always split back unambiguously: the model already refuses backend names that
     # contain the separator (see config.Config._separator_vs_names).
@@ -95,10 +94,6 @@ def _run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    if not config.loopback and config.auth is None:
-        logging.getLogger("switchboard").warning(
-            "serving %s without authentication (security.allow_unauthenticated_network)", config.listen.host
-        )
     try:
         import uvloop
     except ImportError:

@@ -124,11 +124,6 @@ class Federation(_Model):
 
 
 class Security(_Model):
-    allow_unauthenticated_network: bool = Field(
-        False,
-        description="Serve anonymous callers on a non-loopback address. Only behind something that "
-        "authenticates for you (a mesh with mTLS, an authenticating proxy); the gateway warns at start.",
-    )
     allowed_hosts: list[str] | None = Field(
         None,
         description="Host header values accepted (DNS-rebinding guard). Default: loopback names when bound to "

@@ -497,7 +497,7 @@ def test_check_in_process_reports_static_problems(tmp_path: Path, capsys: pytest
     path.write_text("listen: {host: 0.0.0.0}\n")
     assert cli_main(["check", "-c", str(path)]) == 1
     assert "not a loopback address" in capsys.readouterr().err
-    path.write_text("listen: {host: 0.0.0.0}\nsecurity: {allow_unauthenticated_network: true}\n")
+    path.write_text("listen: {host: 0.0.0.0}\nauth: {anonymous: {capabilities: [mcp/request:tools/list]}}\n")
     assert cli_main(["check", "-c", str(path)]) == 0
     assert "ok (0 backend(s)" in capsys.readouterr().out
 

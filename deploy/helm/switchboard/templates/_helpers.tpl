@@ -4,6 +4,10 @@
   image: "{{ .Values.image.repository }}:{{ .Values.image.tag }}"
   imagePullPolicy: {{ .Values.image.pullPolicy }}
   args: ["run", "-c", "/etc/switchboard/config.yaml"]
+  {{- if .Values.secretName }}
+  envFrom:
+    - secretRef: {name: {{ .Values.secretName }}}
+  {{- end }}
   ports:
     - {name: http, containerPort: {{ .Values.config.listen.port | default 8787 }}}
   livenessProbe:
