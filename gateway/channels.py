@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 
@@ -111,3 +111,27 @@ class Channel:
                 self._wake = asyncio.Event()
             self._wake.clear()
             await self._wake.wait()
+
+
+async def guarded_write(channel: Channel, write: Awaitable[Any]) -> None:
+    """One write that may block on a full socket: while it blocks, the channel counts as behind,
+    and an overflow during it is raised here (see the module docstring)."""
+    channel.writing = True
+    try:
+        await write
+    finally:
+        channel.writing = False
+    if channel.overflowed:
+        raise ChannelOverflow(channel.id)
+
+
+def absorb_overflow(channel: Channel, exc: BaseException) -> bool:
+    """Whether ``exc`` is this channel's overflow (possibly as the cancellation of a blocked write);
+    if so it is handled, and the writer just stops."""
+    if not channel.overflowed:
+        return False
+    if isinstance(exc, asyncio.CancelledError):
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+    return True

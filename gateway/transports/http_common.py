@@ -158,3 +158,11 @@ async def send_unauthorized(send: Send, scope: Scope, reason: str, error: str | 
     await send_rpc_error(
         send, 401, jsonrpc.INVALID_REQUEST, f"Unauthorized: {reason}", rpc_id, extra=[("www-authenticate", challenge)]
     )
+
+
+async def wait_disconnect(receive: Receive) -> None:
+    """Return when the client has gone (the ASGI ``http.disconnect`` message)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
 from gateway import jsonrpc, sse
-from gateway.channels import ChannelOverflow
+from gateway.channels import ChannelOverflow, absorb_overflow, guarded_write
 from gateway.transports.http_common import (
     BodyTooLarge,
     ClientGone,
@@ -30,6 +30,7 @@ from gateway.transports.http_common import (
     send_bytes,
     send_rpc_error,
     send_unauthorized,
+    wait_disconnect,
 )
 from policies.auth import AuthError
 
@@ -83,7 +84,7 @@ class LegacySseDoor:
         channel = session.standalone
         channel.attached = True
         endpoint = f"{scope.get('root_path', '')}{self._messages_path(scope)}?session_id={session.id}"
-        gone = asyncio.create_task(_wait_disconnect(receive))
+        gone = asyncio.create_task(wait_disconnect(receive))
         channel.on_overflow = drop_hook(scope)
         try:
             await send(
@@ -127,16 +128,10 @@ class LegacySseDoor:
                     for _, m in batch
                     if (rendered := session.render(m)) is not None
                 )
-                channel.writing = True
-                await send({"type": "http.response.body", "body": body, "more_body": True})
-                channel.writing = False
-                if channel.overflowed:
-                    raise ChannelOverflow(channel.id)
+                await guarded_write(channel, send({"type": "http.response.body", "body": body, "more_body": True}))
         except (ChannelOverflow, asyncio.CancelledError) as exc:
-            if not channel.overflowed:
+            if not absorb_overflow(channel, exc):
                 raise
-            if isinstance(exc, asyncio.CancelledError):
-                asyncio.current_task().uncancel()  # type: ignore[union-attr]
             self._gw.metrics.dropped_clients.labels(TRANSPORT).inc()
             log.warning("SSE session %s dropped: the client stopped reading", session.id[:8])
         except OSError:
@@ -200,10 +195,3 @@ class LegacySseDoor:
             response = jsonrpc.error(message.get("id"), jsonrpc.INTERNAL_ERROR, "Internal error in the gateway")
         if response is not None:
             session.standalone.push(response)
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from adapters.mcp_modern import looks_modern
 from gateway import jsonrpc, sse
-from gateway.channels import Channel, ChannelOverflow
+from gateway.channels import Channel, ChannelOverflow, absorb_overflow, guarded_write
 from gateway.transports.http_common import (
     BodyTooLarge,
     ClientGone,
@@ -32,6 +32,7 @@ from gateway.transports.http_common import (
     send_bytes,
     send_rpc_error,
     send_unauthorized,
+    wait_disconnect,
 )
 from gateway.transports.streamable_http_modern import ModernExchange
 from policies.auth import AuthError
@@ -260,7 +261,7 @@ class StreamableHttpDoor:
         writer: asyncio.Task[None] | None = None
         gone: asyncio.Task[None] | None = None
         if cancel_on_disconnect:
-            gone = asyncio.create_task(_wait_disconnect(receive))
+            gone = asyncio.create_task(wait_disconnect(receive))
             me = asyncio.current_task()
             assert me is not None
             gone.add_done_callback(lambda t: me.cancel() if not t.cancelled() else None)
@@ -329,7 +330,7 @@ class StreamableHttpDoor:
         gone: asyncio.Task[None] | None = None,
     ) -> None:
         own_watch = gone is None
-        watch = gone if gone is not None else asyncio.create_task(_wait_disconnect(receive))
+        watch = gone if gone is not None else asyncio.create_task(wait_disconnect(receive))
         try:
             await send({"type": "http.response.start", "status": 200, "headers": _sse_headers(extra)})
             if not session.mrtr and (session.protocol_version or "") >= _PRIMING_FROM:
@@ -373,17 +374,11 @@ class StreamableHttpDoor:
                         if (rendered := render(m)) is not None
                     )
                     after = batch[-1][0]
-                channel.writing = True
-                await send({"type": "http.response.body", "body": body, "more_body": True})
-                channel.writing = False
-                if channel.overflowed:
-                    raise ChannelOverflow(channel.id)
+                await guarded_write(channel, send({"type": "http.response.body", "body": body, "more_body": True}))
                 batch = None
         except (ChannelOverflow, asyncio.CancelledError) as exc:
-            if not channel.overflowed:
+            if not absorb_overflow(channel, exc):
                 raise
-            if isinstance(exc, asyncio.CancelledError):
-                asyncio.current_task().uncancel()  # type: ignore[union-attr]
             self._gw.metrics.dropped_clients.labels(TRANSPORT).inc()
             log.warning(
                 "stream %s dropped: the client stopped reading with more than %d messages behind",
@@ -422,7 +417,7 @@ class StreamableHttpDoor:
             await send_rpc_error(send, 409, jsonrpc.INVALID_REQUEST, "Conflict: this stream already has a reader")
             return
         channel.attached = True
-        gone = asyncio.create_task(_wait_disconnect(receive))
+        gone = asyncio.create_task(wait_disconnect(receive))
         try:
             await send({"type": "http.response.start", "status": 200, "headers": _sse_headers([])})
             if not last_event_id and (session.protocol_version or "") >= _PRIMING_FROM:
@@ -447,13 +442,6 @@ class StreamableHttpDoor:
 
 def _sse_headers(extra: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
     return _SSE_HEADERS + [(k.encode(), v.encode()) for k, v in extra]
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
 
 
 async def _next_batch(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from adapters import mcp_modern
 from gateway import jsonrpc, sse
-from gateway.channels import ChannelOverflow
+from gateway.channels import ChannelOverflow, guarded_write
 from gateway.sessions import ClientSession
 from gateway.transports.http_common import (
     Receive,
@@ -27,6 +27,7 @@ from gateway.transports.http_common import (
     send_bytes,
     send_rpc_error,
     send_unauthorized,
+    wait_disconnect,
 )
 from policies.auth import AuthError, Credentials
 from policies.ratelimit import RATE_LIMITED
@@ -203,7 +204,7 @@ class ModernExchange:
         channel = listener.standalone
         channel.attached = True
         channel.on_overflow = drop_hook(scope)
-        gone = asyncio.create_task(_wait_disconnect(receive))
+        gone = asyncio.create_task(wait_disconnect(receive))
         meta = {mcp_modern.SUBSCRIPTION_ID_KEY: rpc_id}
         try:
             await send(
@@ -243,19 +244,12 @@ class ModernExchange:
                     tagged = {**note, "params": {**note_params, "_meta": {**(note_params.get("_meta") or {}), **meta}}}
                     events.append(sse.encode(jsonrpc.dumps(tagged)))
                 if events:
-                    channel.writing = True
-                    await send({"type": "http.response.body", "body": b"".join(events), "more_body": True})
-                    channel.writing = False
+                    await guarded_write(
+                        channel, send({"type": "http.response.body", "body": b"".join(events), "more_body": True})
+                    )
         except (ChannelOverflow, OSError):
             log.info("subscriptions/listen stream %r ended: the client stopped reading", rpc_id)
         finally:
             gone.cancel()
             channel.attached = False
             self._gw.sessions.end(listener)
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return

@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from gateway import jsonrpc
-from gateway.channels import ChannelOverflow
+from gateway.channels import ChannelOverflow, absorb_overflow, guarded_write
 from gateway.transports.http_common import OriginGuard
 from policies.auth import AuthError
 
@@ -135,16 +135,10 @@ class WebSocketDoor:
                     rendered = session.render(message)
                     if rendered is None:
                         continue
-                    channel.writing = True
-                    await ws.send_text(jsonrpc.dumps(rendered).decode())
-                    channel.writing = False
-                if channel.overflowed:
-                    raise ChannelOverflow(channel.id)
+                    await guarded_write(channel, ws.send_text(jsonrpc.dumps(rendered).decode()))
         except (ChannelOverflow, asyncio.CancelledError) as exc:
-            if not channel.overflowed:
+            if not absorb_overflow(channel, exc):
                 raise
-            if isinstance(exc, asyncio.CancelledError):
-                asyncio.current_task().uncancel()  # type: ignore[union-attr]
             self._gw.metrics.dropped_clients.labels(TRANSPORT).inc()
             log.warning(
                 "WebSocket session %s dropped: the client stopped reading with more than %d messages behind",
