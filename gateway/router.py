@@ -566,16 +566,7 @@ class Router:
         response = await self._call(session, event.rpc_id, conn, method, params, channel)
         if conn.era == "modern":
             response = await self._fulfil_input_requests(session, event.rpc_id, conn, method, params, channel, response)
-        if "result" in response:
-            result = response["result"]
-            if conn.era == "modern":
-                result = mcp_modern.strip_modern_fields(result)
-            out = jsonrpc.result(event.rpc_id, rewrite_result(session.view.namer, backend, method, result))
-        else:
-            error = response.get("error")
-            out = {"jsonrpc": "2.0", "id": event.rpc_id, "error": error if isinstance(error, dict) else {}}
-        out["_sb_backend"] = backend
-        return out
+        return self._finish(session, event.rpc_id, backend, method, response)
 
     async def _forward_for_modern_client(
         self,
@@ -707,8 +698,13 @@ class Router:
     def _finish(
         self, session: ClientSession, client_id: Any, backend: str, method: str, response: dict[str, Any]
     ) -> dict[str, Any]:
+        """The backend's answer under the client's id, with names rewritten for the client's view.
+        A legacy client does not see the modern era's result fields."""
         if "result" in response:
-            out = jsonrpc.result(client_id, rewrite_result(session.view.namer, backend, method, response["result"]))
+            result = response["result"]
+            if not session.mrtr:
+                result = mcp_modern.strip_modern_fields(result)
+            out = jsonrpc.result(client_id, rewrite_result(session.view.namer, backend, method, result))
         else:
             error = response.get("error")
             out = {"jsonrpc": "2.0", "id": client_id, "error": error if isinstance(error, dict) else {}}
