@@ -5,6 +5,8 @@ The topic front door (``/ws?topic=``) builds on this; envelopes carry MCP payloa
 
 from __future__ import annotations
 
+import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 from gateway.events import Dialect, Event, Kind
@@ -43,6 +45,10 @@ def decode(envelope: Any) -> Event:
         raise EnvelopeError(f"missing field(s): {', '.join(missing)}")
     if envelope["protocol"] != PROTOCOL:
         raise EnvelopeError(f"protocol must be {PROTOCOL!r}")
+    if not isinstance(envelope["id"], str) or not envelope["id"]:
+        raise EnvelopeError("id must be a non-empty string")
+    if not isinstance(envelope["from"], str):
+        raise EnvelopeError("from must be a string")
     if not isinstance(envelope["kind"], str):
         raise EnvelopeError("kind must be a string")
     kind, method, context = kind_of(envelope["kind"])
@@ -67,3 +73,69 @@ def decode(envelope: Any) -> Event:
         source=str(envelope["from"]),
         targets=tuple(to) if to else (),
     )
+
+
+# ---- envelopes the gateway writes ------------------------------------------------------------
+
+GATEWAY_ID = "system:gateway"
+
+
+def _now() -> str:
+    # RFC 3339 in UTC with milliseconds, the form the reference gateway emits.
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def envelope(
+    sender: str,
+    kind: str,
+    payload: dict[str, Any],
+    to: list[str] | None = None,
+    correlation_id: str | None = None,
+) -> dict[str, Any]:
+    """A complete envelope; ``to`` None or empty means broadcast (the key is then left out)."""
+    env: dict[str, Any] = {"protocol": PROTOCOL, "id": str(uuid.uuid4()), "ts": _now(), "from": sender}
+    if to:
+        env["to"] = list(to)
+    env["kind"] = kind
+    if correlation_id is not None:
+        env["correlation_id"] = correlation_id
+    env["payload"] = payload
+    return env
+
+
+def welcome(you: dict[str, Any], participants: list[dict[str, Any]]) -> dict[str, Any]:
+    return envelope(GATEWAY_ID, "system/welcome", {"you": you, "participants": participants}, to=[you["id"]])
+
+
+def presence(event: str, participant: dict[str, Any]) -> dict[str, Any]:
+    return envelope(GATEWAY_ID, "system/presence", {"event": event, "participant": participant})
+
+
+def error(to: str, code: str, message: str, correlation_id: str | None = None, **details: Any) -> dict[str, Any]:
+    """A ``system/error`` to one participant; ``correlation_id`` names the offending envelope (§3)."""
+    payload = {"error": code, "message": message, **details}
+    return envelope(GATEWAY_ID, "system/error", payload, to=[to], correlation_id=correlation_id)
+
+
+def kind_mismatch(kind: str, payload: dict[str, Any]) -> str | None:
+    """Why the kind's METHOD/CONTEXT disagree with an MCP payload (§4.3), or None when they agree.
+
+    Only ``mcp/*`` kinds carry a METHOD; a CONTEXT is checked for the methods that name their target
+    (tool and prompt names, resource URIs). Other contexts are the sender's business.
+    """
+    event_kind, method, context = kind_of(kind)
+    if event_kind not in (Kind.REQUEST, Kind.PROPOSAL) or method is None:
+        return None
+    if payload.get("method") != method:
+        return f"kind names method {method!r} but payload.method is {payload.get('method')!r}"
+    if context is None:
+        return None
+    params = payload.get("params")
+    params = params if isinstance(params, dict) else {}
+    field = _CONTEXT_FIELD.get(method)
+    if field is not None and params.get(field) != context:
+        return f"kind names {field} {context!r} but payload.params.{field} is {params.get(field)!r}"
+    return None
+
+
+_CONTEXT_FIELD = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri", "resources/subscribe": "uri"}

@@ -15,6 +15,8 @@ from gateway.admin import AdminApi
 from gateway.config import Config
 from gateway.core import Gateway
 from gateway.federation import View
+from gateway.mcpx_api import McpxApi
+from gateway.transports.mcpx import McpxDoor
 from gateway.transports.sse import LegacySseDoor
 from gateway.transports.streamable_http import StreamableHttpDoor
 from gateway.transports.websocket import WebSocketDoor
@@ -63,6 +65,7 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
     sse_one = LegacySseDoor(gw, single, lambda s: f"/servers/{s['path_params']['name']}/messages")
     ws_fed = WebSocketDoor(gw, federated)
     ws_one = WebSocketDoor(gw, single)
+    topic_door = McpxDoor(gw)
 
     async def healthz(_request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -86,6 +89,8 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
     admin = AdminApi(gw)
     routes = [
         *admin.routes(),
+        *McpxApi(gw, admin).routes(),
+        WebSocketRoute("/ws", topic_door.serve),
         Route("/mcp", _Asgi(mcp_fed), methods=any_method),
         Route("/mcp/", _Asgi(mcp_fed), methods=any_method),
         WebSocketRoute("/mcp/ws", ws_fed.serve),
@@ -113,6 +118,7 @@ def front_doors(base: str, config: Config) -> list[str]:
         f"MCP Streamable HTTP  {base}/mcp",
         f"MCP legacy SSE       {base}/sse",
         f"MCP WebSocket        {base.replace('http', 'ws', 1)}/mcp/ws",
+        f"MCPx topics          {base.replace('http', 'ws', 1)}/ws?topic=NAME",
     ]
     for name in config.backends:
         lines.append(f"backend {name:<12} {base}/servers/{name}/mcp  (also /sse, /mcp/ws)")

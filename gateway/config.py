@@ -223,6 +223,35 @@ class AuditConfig(_Model):
     backups: int = Field(5, ge=0, description="Rotated files kept.")
 
 
+class McpxRate(_Model):
+    messages_per_s: float = Field(200.0, gt=0, description="Envelopes one participant may send per second.")
+    burst: float = Field(400.0, gt=0, description="Largest burst of envelopes above that rate.")
+
+
+class McpxTopic(_Model):
+    participants: list[str] = Field(
+        default_factory=list, description="Backend names that join this topic as participants (id = backend name)."
+    )
+    capabilities: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Capabilities by participant id in this topic. For a listed backend they are its capabilities "
+        "(default ['mcp/response:*']); for any other participant they narrow what its token grants.",
+    )
+
+
+class Mcpx(_Model):
+    max_participants_per_topic: int = Field(1000, ge=1, description="Joins beyond this are refused (close 1013).")
+    max_envelope_bytes: int = Field(1048576, ge=256, description="Larger envelopes get a system/error.")
+    rate_per_participant: McpxRate = Field(default_factory=McpxRate)
+    validate_kind: bool = Field(
+        False, description="Also check the kind's METHOD/CONTEXT against the payload (MCPx §4.3, done by peers)."
+    )
+    dev_tokens: bool = Field(False, description="Serve POST /v0.1/auth/token (HS256 with auth.jwt.hs256_secret).")
+    topics: dict[str, McpxTopic] = Field(
+        default_factory=dict, description="Topics that always exist; others are created on first join."
+    )
+
+
 class Config(_Model):
     listen: Listen = Field(default_factory=Listen)
     bus: BusConfig = Field(default_factory=BusConfig)
@@ -237,6 +266,7 @@ class Config(_Model):
     federation: Federation = Field(default_factory=Federation)
     security: Security = Field(default_factory=Security)
     limits: Limits = Field(default_factory=Limits)
+    mcpx: Mcpx = Field(default_factory=Mcpx)
     log_level: Literal["debug", "info", "warning", "error"] = Field("info")
 
     @model_validator(mode="after")
@@ -249,6 +279,10 @@ class Config(_Model):
                     "backend name {name} contains the federation separator {separator}",
                     {"name": repr(name), "separator": repr(self.federation.separator), "backend": name},
                 )
+        for topic, spec in self.mcpx.topics.items():
+            unknown = [n for n in spec.participants if n not in self.backends]
+            if unknown:
+                raise ValueError(f"mcpx.topics.{topic}.participants: no backend named {', '.join(unknown)}")
         return self
 
     @property

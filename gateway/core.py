@@ -14,10 +14,12 @@ from gateway.audit import AuditLog
 from gateway.bus import Bus, make_bus
 from gateway.config import Config
 from gateway.federation import BackendCatalog, Namer, View
+from gateway.mcpx_bridge import BackendParticipants
 from gateway.metrics import Metrics
 from gateway.mrtr import Parking
 from gateway.router import Router
 from gateway.sessions import ClientSession, SessionStore
+from gateway.topics import TopicHub
 from gateway.upstreams import make_carrier
 from gateway.upstreams.connection import BackendConnection
 from policies import CapabilityPolicy, PolicyChain, Principal
@@ -84,6 +86,9 @@ class Gateway:
         }
         for name in names:
             self.metrics.backend_up.labels(name).set(0)
+        # MCPx topics (front door gateway/transports/mcpx.py); backends may sit in them as participants.
+        self.topics = TopicHub(config.mcpx.max_participants_per_topic, tuple(config.mcpx.topics))
+        self.topic_backends = BackendParticipants(self)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -94,9 +99,11 @@ class Gateway:
         for conn in self.connections.values():
             await conn.start()
         self.sessions.start()
+        self.topic_backends.start()
 
     async def stop(self) -> None:
         self.parking.close()
+        await self.topic_backends.stop()
         await self.sessions.stop()
         await asyncio.gather(*(conn.close() for conn in self.connections.values()), return_exceptions=True)
         await self.audit.close()
@@ -160,7 +167,7 @@ class Gateway:
         self.principals_changed()
         needs_restart = [
             key
-            for key in ("listen", "backends", "bus", "limits", "federation", "rate_limits", "pinning", "audit")
+            for key in ("listen", "backends", "bus", "limits", "federation", "rate_limits", "pinning", "audit", "mcpx")
             if getattr(config, key) != getattr(self.config, key)
         ]
         log.info(

@@ -1,0 +1,172 @@
+"""REST around MCPx topics: capability promotion (§11.3), topic listings, and dev tokens.
+
+- ``POST /admin/participants/{id}/capabilities {add, remove}``: admin token; applies to every live
+  connection of that participant at once and sends each a fresh ``system/welcome``. The change lasts
+  as long as the connection (durable grants belong to ``/admin/principals``).
+- ``GET /v0.1/topics`` and ``GET /v0.1/topics/{topic}/participants``: any authenticated caller (or the
+  admin token); a JWT bound to a topic sees only that topic.
+- ``POST /v0.1/auth/token {participantId, topic, capabilities?}`` -> ``{token, capabilities}``: only with
+  ``mcpx.dev_tokens: true`` and an HS256 secret, else 404. Compatible with the reference's clients.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gateway.admin import AdminApi
+from gateway.transports.mcpx import jwt_claims
+from policies.auth import AuthError, bearer_token
+from policies.patterns import CapabilitySet
+
+if TYPE_CHECKING:
+    from gateway.core import Gateway
+
+# What a dev token grants when the request names no capabilities: the spec's "start restricted".
+DEV_DEFAULT_CAPABILITIES = ["mcp/proposal:*", "mcp/response:*", "chat"]
+DEV_TOKEN_TTL_S = 3600
+
+
+def _error(status: int, message: str) -> Response:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def mint_hs256(claims: dict[str, Any], secret: str) -> str:
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    head = b64(orjson.dumps({"alg": "HS256", "typ": "JWT"}))
+    body = b64(orjson.dumps(claims))
+    signature = hmac.new(secret.encode(), f"{head}.{body}".encode(), hashlib.sha256).digest()
+    return f"{head}.{body}.{b64(signature)}"
+
+
+class McpxApi:
+    def __init__(self, gateway: Gateway, admin: AdminApi) -> None:
+        self._gw = gateway
+        self._admin = admin
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/admin/participants/{id}/capabilities", self.change_capabilities, methods=["POST"]),
+            Route("/v0.1/auth/token", self.dev_token, methods=["POST"]),
+            Route("/v0.1/topics", self.list_topics, methods=["GET"]),
+            Route("/v0.1/topics/{topic}/participants", self.list_participants, methods=["GET"]),
+        ]
+
+    async def change_capabilities(self, request: Request) -> Response:
+        if (refused := self._admin._authorized(request)) is not None:
+            return refused
+        participant_id = request.path_params["id"]
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError:
+            return _error(400, "body is not JSON")
+        add = body.get("add", []) if isinstance(body, dict) else None
+        remove = body.get("remove", []) if isinstance(body, dict) else None
+        if not (isinstance(add, list) and isinstance(remove, list) and all(isinstance(c, str) for c in add + remove)):
+            return _error(400, "body must be {add: [patterns], remove: [patterns]}")
+        live = self._gw.topics.find(participant_id)
+        if not live:
+            return _error(404, f"participant {participant_id!r} is not connected")
+        old = live[0][1].capabilities
+        # The admin's word replaces any narrowing the token carried: promotion must be able to grant.
+        patterns = [p for p in old.patterns if p not in remove] + [p for p in add if p not in old.patterns]
+        new = CapabilitySet(patterns)
+        topics = [topic.name for topic, _ in live]
+        self._gw.topics.set_capabilities(participant_id, new)
+        self._gw.audit.record(
+            "participant_capabilities_changed", principal=participant_id, topics=topics, capabilities=patterns
+        )
+        return JSONResponse(
+            {
+                "participantId": participant_id,
+                "oldCapabilities": old.describe(),
+                "newCapabilities": new.describe(),
+                "modifiedBy": "admin",
+                "modifiedAt": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+                "topics": topics,
+            }
+        )
+
+    async def dev_token(self, request: Request) -> Response:
+        auth = self._gw.config.auth
+        secret = auth.jwt.hs256_secret if auth is not None and auth.jwt is not None else None
+        if not self._gw.config.mcpx.dev_tokens or not secret:
+            return _error(404, "dev tokens are off (mcpx.dev_tokens with auth.jwt.hs256_secret)")
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError:
+            return _error(400, "body is not JSON")
+        if not isinstance(body, dict):
+            return _error(400, "body must be an object")
+        participant, topic, capabilities = body.get("participantId"), body.get("topic"), body.get("capabilities")
+        if not isinstance(participant, str) or not participant or participant.startswith("system:"):
+            return _error(400, "participantId must be a non-empty string not starting with 'system:'")
+        if not isinstance(topic, str) or not topic:
+            return _error(400, "topic must be a non-empty string")
+        if capabilities is None:
+            capabilities = list(DEV_DEFAULT_CAPABILITIES)
+        if not isinstance(capabilities, list) or not all(isinstance(c, str) for c in capabilities):
+            return _error(400, "capabilities must be an array of patterns")
+        jwt = auth.jwt  # type: ignore[union-attr]
+        claims: dict[str, Any] = {
+            jwt.principal_claim: participant,
+            "participantId": participant,
+            "topic": topic,
+            "capabilities": capabilities,
+            "iat": int(time.time()),
+            "exp": int(time.time()) + DEV_TOKEN_TTL_S,
+        }
+        # Verification checks these when configured; a dev token must pass its own gateway.
+        if jwt.issuer:
+            claims["iss"] = jwt.issuer
+        if jwt.audience:
+            claims["aud"] = jwt.audience
+        return JSONResponse({"token": mint_hs256(claims, secret), "capabilities": capabilities})
+
+    def _reader_topic(self, request: Request) -> tuple[Response | None, str | None]:
+        """(refusal, topic the caller is bound to): admin, or any caller the gateway authenticates."""
+        auth = self._gw.config.auth
+        token = bearer_token(request.headers.get("authorization"))
+        if auth is not None and auth.admin_token and token is not None:
+            if hmac.compare_digest(token.encode(), auth.admin_token.encode()):
+                return None, None
+        try:
+            credentials = self._gw.authenticate(request.scope)
+        except AuthError as exc:
+            return _error(401, f"Unauthorized: {exc.reason}"), None
+        bound = jwt_claims(token).get("topic") if credentials.kind == "jwt" and token else None
+        return None, bound if isinstance(bound, str) else None
+
+    async def list_topics(self, request: Request) -> Response:
+        refused, bound = self._reader_topic(request)
+        if refused is not None:
+            return refused
+        topics = [
+            {"name": t.name, "participants": len(t.participants), "configured": t.configured}
+            for t in self._gw.topics
+            if bound is None or t.name == bound
+        ]
+        return JSONResponse({"topics": topics})
+
+    async def list_participants(self, request: Request) -> Response:
+        refused, bound = self._reader_topic(request)
+        if refused is not None:
+            return refused
+        name = request.path_params["topic"]
+        topic = self._gw.topics.get(name)
+        if topic is None or (bound is not None and bound != name):
+            return _error(404, f"no topic {name!r}")
+        return JSONResponse(
+            {"topic": name, "participants": [dict(p.entry(), mode=p.mode) for p in topic.participants.values()]}
+        )

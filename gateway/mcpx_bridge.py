@@ -1,0 +1,169 @@
+"""MCP backends as MCPx participants (``mcpx.topics.NAME.participants``).
+
+Each listed backend joins its topic with id = backend name once it is connected, announces its
+tools in its participant entry, and leaves when it goes down (rejoining when it is back). An
+``mcp/request:METHOD[:CONTEXT]`` envelope addressed to it (in ``to``) becomes a real request on the
+backend; the answer comes back as ``mcp/response:METHOD[:CONTEXT]`` with ``correlation_id`` = the
+request envelope's id, addressed to the requester and, for a fulfilment of a proposal, to the
+proposer too (§3.2.1). Being the receiving participant, the bridge always checks that the kind
+matches the payload (§4.3): a capability for ``tools/call:echo`` must not run another tool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from adapters import mcpx
+from gateway import jsonrpc
+from gateway.topics import JoinRefused, Participant
+from policies.patterns import CapabilitySet
+
+if TYPE_CHECKING:
+    from gateway.core import Gateway
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CAPABILITIES = ("mcp/response:*",)
+_MAX_INFLIGHT = 256  # concurrent topic calls per backend participant; more are answered "busy"
+_READY_POLL_S = 30.0
+_WATCH_S = 1.0
+_LIST_TIMEOUT_S = 30.0
+# Lifecycle belongs to the gateway's own connection to the backend, never to a topic participant.
+_REFUSED_METHODS = frozenset({"initialize", "server/discover", "logging/setLevel"})
+
+
+class BackendParticipants:
+    def __init__(self, gateway: Gateway) -> None:
+        self._gw = gateway
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._inflight: dict[tuple[str, str], int] = {}
+
+    def start(self) -> None:
+        for topic, spec in self._gw.config.mcpx.topics.items():
+            for name in spec.participants:
+                capabilities = CapabilitySet(spec.capabilities.get(name, list(DEFAULT_CAPABILITIES)))
+                self._spawn(self._attend(topic, name, capabilities))
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _tools(self, name: str) -> list[dict[str, Any]]:
+        try:
+            merged = await asyncio.wait_for(self._gw.router.merged(self._gw.single[name], "tools"), _LIST_TIMEOUT_S)
+        except (TimeoutError, jsonrpc.RpcError) as exc:
+            log.warning("MCPx: tools of backend %s unavailable: %s", name, exc)
+            return []
+        keys = ("name", "title", "description", "inputSchema", "outputSchema")
+        return [{k: t[k] for k in keys if k in t} for t in merged.items]
+
+    async def _attend(self, topic: str, name: str, capabilities: CapabilitySet) -> None:
+        """Join while the backend is up, leave while it is down, forever (until stopped)."""
+        conn = self._gw.connections[name]
+        while True:
+            if not await conn.wait_ready(_READY_POLL_S):
+                continue
+            participant = Participant(name, capabilities, self._deliverer(topic, name), "directed")
+            participant.tools = await self._tools(name)
+            try:
+                self._gw.topics.join(topic, participant)
+            except JoinRefused as exc:
+                log.error("MCPx: backend %s cannot join topic %s: %s", name, topic, exc.reason)
+                await asyncio.sleep(_READY_POLL_S)
+                continue
+            log.info("MCPx: backend %s joined topic %s with %d tool(s)", name, topic, len(participant.tools))
+            try:
+                # BackendConnection signals "ready" but not "down"; a 1 s poll is cheap and bounded.
+                while conn.state == "ready":  # noqa: ASYNC110
+                    await asyncio.sleep(_WATCH_S)
+            finally:
+                self._gw.topics.leave(topic, participant)
+
+    def _deliverer(self, topic: str, name: str) -> Any:
+        def deliver(envelope: dict[str, Any], _text: str) -> bool:
+            kind = envelope.get("kind", "")
+            if kind.startswith("mcp/request:") and name in (envelope.get("to") or ()):
+                key = (topic, name)
+                if self._inflight.get(key, 0) >= _MAX_INFLIGHT:
+                    self._answer(topic, name, envelope, error=(jsonrpc.SESSION_OVERLOADED, f"backend {name} is busy"))
+                else:
+                    self._inflight[key] = self._inflight.get(key, 0) + 1
+                    self._spawn(self._call(topic, name, envelope))
+            return True  # never a slow consumer: work is bounded by _MAX_INFLIGHT instead
+
+        return deliver
+
+    async def _call(self, topic: str, name: str, envelope: dict[str, Any]) -> None:
+        try:
+            payload = envelope.get("payload") or {}
+            if "id" not in payload:
+                return  # an MCP notification: nothing to answer
+            _kind, method, _context = mcpx.kind_of(envelope["kind"])
+            mismatch = mcpx.kind_mismatch(envelope["kind"], payload)
+            if mismatch is not None:
+                self._answer(topic, name, envelope, error=(jsonrpc.INVALID_PARAMS, mismatch))
+                return
+            if method is None or method in _REFUSED_METHODS:
+                self._answer(topic, name, envelope, error=(jsonrpc.METHOD_NOT_FOUND, f"{method!r} is not available"))
+                return
+            params = payload.get("params")
+            try:
+                response = await self._gw.connections[name].request(
+                    method, params if isinstance(params, dict) else None
+                )
+            except jsonrpc.RpcError as exc:
+                self._answer(topic, name, envelope, error=(exc.code, exc.message))
+                return
+            self._gw.audit.record(
+                "allowed", transport="mcpx", principal=envelope.get("from"), topic=topic, action=envelope["kind"]
+            )
+            if "error" in response:
+                self._answer(topic, name, envelope, rpc_error=response["error"])
+            else:
+                self._answer(topic, name, envelope, result=response.get("result"))
+        except Exception:
+            log.exception("MCPx: topic call to backend %s failed inside the gateway", name)
+            with contextlib.suppress(Exception):
+                self._answer(topic, name, envelope, error=(jsonrpc.INTERNAL_ERROR, "internal error in the gateway"))
+        finally:
+            key = (topic, name)
+            self._inflight[key] = self._inflight.get(key, 1) - 1
+
+    def _answer(
+        self,
+        topic_name: str,
+        name: str,
+        request: dict[str, Any],
+        *,
+        result: Any = None,
+        error: tuple[int, str] | None = None,
+        rpc_error: Any = None,
+    ) -> None:
+        topic = self._gw.topics.get(topic_name)
+        if topic is None:
+            return
+        rpc_id = (request.get("payload") or {}).get("id")
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": rpc_id}
+        if error is not None:
+            body["error"] = {"code": error[0], "message": error[1]}
+        elif rpc_error is not None:
+            body["error"] = rpc_error
+        else:
+            body["result"] = result if result is not None else {}
+        requester = request["from"]
+        recipients = [requester]
+        proposer = topic.proposer_of(request.get("correlation_id"))
+        if proposer is not None and proposer != requester:
+            recipients.append(proposer)
+        kind = "mcp/response:" + request["kind"].removeprefix("mcp/request:")
+        response = mcpx.envelope(name, kind, body, to=recipients, correlation_id=request["id"])
+        self._gw.topics.route(topic, name, response)

@@ -1,0 +1,257 @@
+"""The MCPx topic socket, ``GET /ws?topic=NAME[&mode=directed][&token=...]`` (MCPx v0.1 §6.2).
+
+One text frame is one envelope. Each frame from a participant passes, in order: size, JSON, rate,
+envelope shape, ``from`` = the authenticated id, the reserved ``system/*`` namespace, capabilities
+(the shared matcher), and optionally kind-vs-payload. Any failure answers the sender alone with a
+``system/error`` carrying the offending envelope's id as ``correlation_id`` when it is known; the
+connection stays open and the envelope reaches nobody.
+
+Refusals before joining (bad token, a JWT for another topic, a duplicate id) accept the socket and
+close it with 1008 and a reason, as the reference gateway does, so that clients see a close code
+rather than a bare HTTP 403; a full topic closes with 1013 (try again later).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from adapters import mcpx
+from gateway.topics import JoinRefused, Participant, Topic
+from gateway.transports.http_common import OriginGuard
+from policies.auth import AuthError, Credentials
+from policies.patterns import CapabilitySet
+
+if TYPE_CHECKING:
+    from gateway.core import Gateway
+
+log = logging.getLogger(__name__)
+
+TRANSPORT = "mcpx"
+_POLICY_VIOLATION = 1008
+_TRY_AGAIN_LATER = 1013
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$")
+_CLOSE_WAIT_S = 2.0
+
+
+def jwt_claims(token: str) -> dict[str, Any]:
+    """The claims of a JWT that authentication already verified (read only for ``topic``)."""
+    try:
+        body = token.split(".")[1]
+        claims = orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    except (IndexError, ValueError):
+        return {}
+    return claims if isinstance(claims, dict) else {}
+
+
+def token_of(ws: WebSocket) -> str | None:
+    header = ws.headers.get("authorization")
+    if header:
+        scheme, _, value = header.partition(" ")
+        return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+    return ws.query_params.get("token") or None
+
+
+class _Outbox:
+    """A participant's bounded queue of frames toward its socket, drained by one writer task."""
+
+    def __init__(self, size: int) -> None:
+        self.queue: asyncio.Queue[str] = asyncio.Queue(maxsize=size)
+
+    def deliver(self, _envelope: dict[str, Any], text: str) -> bool:
+        try:
+            self.queue.put_nowait(text)
+        except asyncio.QueueFull:
+            return False
+        return True
+
+
+class McpxDoor:
+    def __init__(self, gateway: Gateway) -> None:
+        self._gw = gateway
+        self._cfg = gateway.config.mcpx
+        self._guard = OriginGuard(gateway.config)
+        self._queue_size = gateway.config.limits.session_queue
+
+    async def _refuse(self, ws: WebSocket, code: int, reason: str) -> None:
+        await ws.accept()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(ws.close(code=code, reason=reason[:120]), _CLOSE_WAIT_S)
+
+    def _credentials(self, ws: WebSocket, topic: str) -> Credentials:
+        token = token_of(ws)
+        scope = dict(ws.scope)
+        if token is not None:
+            # Gateway.authenticate reads the header: give a ?token= the same path (and JWT cache).
+            scope["headers"] = [*ws.scope.get("headers", ()), (b"authorization", f"Bearer {token}".encode())]
+        credentials = self._gw.authenticate(scope)
+        if credentials.kind == "jwt" and token is not None:
+            claimed = jwt_claims(token).get("topic")
+            if claimed is not None and claimed != topic:
+                raise AuthError(f"token is for topic {claimed!r}, not {topic!r}", True)
+        return credentials
+
+    def capabilities_of(self, credentials: Credentials, topic: str) -> CapabilitySet:
+        capabilities = self._gw.principal_of(credentials).capabilities
+        spec = self._cfg.topics.get(topic)
+        narrowing = spec.capabilities.get(credentials.name) if spec is not None else None
+        return capabilities if narrowing is None else capabilities.narrowed(CapabilitySet(narrowing))
+
+    async def serve(self, ws: WebSocket) -> None:
+        refused = self._guard.check(ws.scope)
+        if refused is not None:
+            await self._refuse(ws, _POLICY_VIOLATION, refused[1])
+            return
+        topic_name = ws.query_params.get("topic", "")
+        mode = ws.query_params.get("mode", "all")
+        if not _TOPIC_NAME.match(topic_name):
+            await self._refuse(ws, _POLICY_VIOLATION, "topic query parameter missing or not a valid name")
+            return
+        if mode not in ("all", "directed"):
+            await self._refuse(ws, _POLICY_VIOLATION, "mode must be 'all' or 'directed'")
+            return
+        try:
+            credentials = self._credentials(ws, topic_name)
+        except AuthError as exc:
+            await self._refuse(ws, _POLICY_VIOLATION, f"Unauthorized: {exc.reason}")
+            return
+        outbox = _Outbox(self._queue_size)
+        participant = Participant(
+            credentials.name,
+            self.capabilities_of(credentials, topic_name),
+            outbox.deliver,
+            mode,  # type: ignore[arg-type]
+        )
+        await ws.accept()
+        try:
+            topic = self._gw.topics.join(topic_name, participant)
+        except JoinRefused as exc:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ws.close(code=exc.code, reason=exc.reason[:120]), _CLOSE_WAIT_S)
+            return
+        self._gw.metrics.sessions.labels(TRANSPORT).inc()
+        writer = asyncio.create_task(self._write(ws, outbox))
+        participant.on_drop = lambda reason: self._kick(ws, writer, reason)
+        try:
+            while True:
+                frame = await ws.receive()
+                if frame["type"] == "websocket.disconnect" or writer.done():
+                    break
+                data = frame.get("text")
+                if data is None:
+                    data = frame.get("bytes") or b""
+                await self._on_frame(topic, participant, data)
+        except (WebSocketDisconnect, RuntimeError):
+            pass
+        finally:
+            self._gw.topics.leave(topic_name, participant)
+            self._gw.metrics.sessions.labels(TRANSPORT).dec()
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await writer
+
+    def _kick(self, ws: WebSocket, writer: asyncio.Task[None], reason: str) -> None:
+        writer.cancel()  # it may be stuck sending to a socket nobody reads
+        self._gw.metrics.dropped_clients.labels(TRANSPORT).inc()
+
+        async def close() -> None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ws.close(code=_TRY_AGAIN_LATER, reason=reason), _CLOSE_WAIT_S)
+
+        task = asyncio.get_running_loop().create_task(close())
+        self._background = getattr(self, "_background", set())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _write(self, ws: WebSocket, outbox: _Outbox) -> None:
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+            while True:
+                await ws.send_text(await outbox.queue.get())
+
+    # ---- one frame ---------------------------------------------------------------------------
+
+    def _error(self, topic: Topic, participant: Participant, code: str, message: str, **details: Any) -> None:
+        correlation_id = details.pop("correlation_id", None)
+        self._gw.topics.send(
+            topic, participant.id, mcpx.error(participant.id, code, message, correlation_id, **details)
+        )
+
+    async def _on_frame(self, topic: Topic, participant: Participant, data: str | bytes) -> None:
+        size = len(data) if isinstance(data, bytes) or data.isascii() else len(data.encode())
+        try:
+            envelope = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            if size > self._cfg.max_envelope_bytes:
+                envelope = None  # size is the complaint that matters; fall through to it
+            else:
+                self._error(topic, participant, "invalid_message", f"frame is not JSON: {exc}")
+                return
+        env_id = envelope.get("id") if isinstance(envelope, dict) else None
+        env_id = env_id if isinstance(env_id, str) else None
+        if size > self._cfg.max_envelope_bytes:
+            self._error(
+                topic,
+                participant,
+                "envelope_too_large",
+                f"envelope of {size} bytes exceeds the limit of {self._cfg.max_envelope_bytes}",
+                correlation_id=env_id,
+                max_envelope_bytes=self._cfg.max_envelope_bytes,
+            )
+            return
+        rate = self._cfg.rate_per_participant
+        wait = await self._gw.bus.take(f"mcpx:rate:{participant.id}", rate.messages_per_s, rate.burst)
+        if wait > 0:
+            self._error(
+                topic,
+                participant,
+                "rate_limited",
+                f"more than {rate.messages_per_s:g} envelopes/s; envelope not delivered",
+                correlation_id=env_id,
+                retry_after_ms=int(wait * 1000) + 1,
+            )
+            return
+        problem = self.check(participant, envelope)
+        if problem is not None:
+            code, message, details = problem
+            if code == "capability_violation":
+                self._gw.audit.record(
+                    "denied", transport=TRANSPORT, principal=participant.id, topic=topic.name, action=envelope["kind"]
+                )
+            self._error(topic, participant, code, message, correlation_id=env_id, **details)
+            return
+        self._gw.topics.route(topic, participant.id, envelope, data if isinstance(data, str) else data.decode())
+
+    def check(self, participant: Participant, envelope: Any) -> tuple[str, str, dict[str, Any]] | None:
+        """Why the envelope may not pass: (error code, message, details), or None."""
+        try:
+            mcpx.decode(envelope)
+        except mcpx.EnvelopeError as exc:
+            return "invalid_envelope", str(exc), {}
+        kind = envelope["kind"]
+        if envelope["from"] != participant.id:
+            return "invalid_envelope", f"from must be your participant id {participant.id!r}", {}
+        if kind.startswith("system/") or kind == "system":
+            return "reserved_kind", "the system/* namespace is reserved to the gateway", {"attempted_kind": kind}
+        if not participant.capabilities.allows(kind):
+            return (
+                "capability_violation",
+                f"You lack capability for {kind!r}",
+                {"attempted_kind": kind, "your_capabilities": participant.capabilities.describe()},
+            )
+        correlation_id = envelope.get("correlation_id")
+        if kind.startswith("mcp/proposal:") and correlation_id is not None:
+            return "invalid_envelope", "proposals must not carry a correlation_id (§3.2.1)", {}
+        if kind.startswith("mcp/response:") and correlation_id is None:
+            return "invalid_envelope", "responses must carry the request's id as correlation_id (§3.1.2)", {}
+        if self._cfg.validate_kind:
+            mismatch = mcpx.kind_mismatch(kind, envelope.get("payload") or {})
+            if mismatch is not None:
+                return "kind_mismatch", mismatch, {"attempted_kind": kind}
+        return None
