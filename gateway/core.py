@@ -25,6 +25,7 @@ from gateway.upstreams.connection import BackendConnection
 from policies import CapabilityPolicy, PolicyChain, Principal
 from policies.arguments import ArgumentValidationPolicy
 from policies.auth import Authenticator, AuthError, Credentials, PrincipalRegistry, bearer_token
+from policies.envelope_rate import EnvelopeRatePolicy
 from policies.pinning import PinningPolicy, PinStore
 from policies.ratelimit import RateLimitPolicy
 
@@ -57,6 +58,9 @@ class Gateway:
                 RateLimitPolicy(config.rate_limits, self.bus),
                 ArgumentValidationPolicy(name for name, b in config.backends.items() if b.validate_arguments),
                 PinningPolicy(self.pins),
+                EnvelopeRatePolicy(
+                    config.mcpx.rate_per_participant.messages_per_s, config.mcpx.rate_per_participant.burst, self.bus
+                ),
             ]
         )
         self.principals = PrincipalRegistry(config.principals)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.events import Event, Kind
+from gateway.events import Dialect, Event, Kind
 from policies.chain import Decision, Target
 from policies.principal import Principal
 
@@ -14,8 +14,9 @@ class CapabilityPolicy:
     stage = "admission"
 
     async def check(self, event: Event, principal: Principal, target: Target | None = None) -> Decision | None:
-        if event.kind in (Kind.RESPONSE, Kind.ERROR):
-            # Answers to requests the gateway relayed are allowed: the request was already checked.
+        if event.kind in (Kind.RESPONSE, Kind.ERROR) and event.dialect is not Dialect.MCPX:
+            # An MCP client's answer to a request the gateway relayed: that request was checked.
+            # An MCPx participant claims its envelope's kind itself, so responses are checked too.
             return None
         if principal.capabilities.everything:
             return None  # skip building the action string: nothing could be denied

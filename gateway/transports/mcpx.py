@@ -27,7 +27,9 @@ from adapters import mcpx
 from gateway.topics import JoinRefused, Participant, Topic
 from gateway.transports.http_common import OriginGuard
 from policies.auth import AuthError, Credentials
+from policies.chain import Decision
 from policies.patterns import CapabilitySet
+from policies.principal import Principal
 
 if TYPE_CHECKING:
     from gateway.core import Gateway
@@ -205,46 +207,73 @@ class McpxDoor:
                 max_envelope_bytes=self._cfg.max_envelope_bytes,
             )
             return
-        rate = self._cfg.rate_per_participant
-        wait = await self._gw.bus.take(f"mcpx:rate:{participant.id}", rate.messages_per_s, rate.burst)
-        if wait > 0:
+        try:
+            event = mcpx.decode(envelope)
+        except mcpx.EnvelopeError as exc:
+            self._error(topic, participant, "invalid_envelope", str(exc), correlation_id=env_id)
+            return
+        kind = envelope["kind"]
+        if envelope["from"] != participant.id:
             self._error(
                 topic,
                 participant,
-                "rate_limited",
-                f"more than {rate.messages_per_s:g} envelopes/s; envelope not delivered",
+                "invalid_envelope",
+                f"from must be your participant id {participant.id!r}",
                 correlation_id=env_id,
-                retry_after_ms=int(wait * 1000) + 1,
             )
+            return
+        if kind.startswith("system/") or kind == "system":
+            self._error(
+                topic,
+                participant,
+                "reserved_kind",
+                "the system/* namespace is reserved to the gateway",
+                correlation_id=env_id,
+                attempted_kind=kind,
+            )
+            return
+        # What may pass is decided by the policy chain, as for every dialect: the envelope rate and
+        # the participant's capabilities (the kind is the event's action).
+        principal = Principal(participant.id, participant.capabilities)
+        decision = await self._gw.chain.admit(event, principal)
+        if not decision.allowed:
+            self._refuse_envelope(topic, participant, envelope, decision, env_id)
             return
         problem = self.check(participant, envelope)
         if problem is not None:
             code, message, details = problem
-            if code == "capability_violation":
-                self._gw.audit.record(
-                    "denied", transport=TRANSPORT, principal=participant.id, topic=topic.name, action=envelope["kind"]
-                )
             self._error(topic, participant, code, message, correlation_id=env_id, **details)
             return
         self._gw.topics.route(topic, participant.id, envelope, data if isinstance(data, str) else data.decode())
 
-    def check(self, participant: Participant, envelope: Any) -> tuple[str, str, dict[str, Any]] | None:
-        """Why the envelope may not pass: (error code, message, details), or None."""
-        try:
-            mcpx.decode(envelope)
-        except mcpx.EnvelopeError as exc:
-            return "invalid_envelope", str(exc), {}
+    def _refuse_envelope(
+        self, topic: Topic, participant: Participant, envelope: dict[str, Any], decision: Decision, env_id: str | None
+    ) -> None:
         kind = envelope["kind"]
-        if envelope["from"] != participant.id:
-            return "invalid_envelope", f"from must be your participant id {participant.id!r}", {}
-        if kind.startswith("system/") or kind == "system":
-            return "reserved_kind", "the system/* namespace is reserved to the gateway", {"attempted_kind": kind}
-        if not participant.capabilities.allows(kind):
-            return (
+        self._gw.audit.record(
+            decision.outcome, transport=TRANSPORT, principal=participant.id, topic=topic.name, action=kind
+        )
+        if decision.outcome == "rate_limited":
+            self._error(
+                topic, participant, "rate_limited", decision.reason, correlation_id=env_id, **(decision.data or {})
+            )
+        elif decision.policy == "capabilities":
+            # The §3.5.2 shape: what was attempted and what the participant may do.
+            details = {"attempted_kind": kind, "your_capabilities": participant.capabilities.describe()}
+            self._error(
+                topic,
+                participant,
                 "capability_violation",
                 f"You lack capability for {kind!r}",
-                {"attempted_kind": kind, "your_capabilities": participant.capabilities.describe()},
+                correlation_id=env_id,
+                **details,
             )
+        else:
+            self._error(topic, participant, decision.policy or "denied", decision.reason, correlation_id=env_id)
+
+    def check(self, participant: Participant, envelope: Any) -> tuple[str, str, dict[str, Any]] | None:
+        """Protocol problems of an envelope the chain admitted: (error code, message, details), or None."""
+        kind = envelope["kind"]
         correlation_id = envelope.get("correlation_id")
         if kind.startswith("mcp/proposal:") and correlation_id is not None:
             return "invalid_envelope", "proposals must not carry a correlation_id (§3.2.1)", {}
