@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 from adapters import mcpx
 from gateway import jsonrpc
 from gateway.topics import JoinRefused, Participant
+from policies.chain import Target
 from policies.patterns import CapabilitySet
+from policies.principal import Principal
 
 if TYPE_CHECKING:
     from gateway.core import Gateway
@@ -116,6 +118,28 @@ class BackendParticipants:
                 self._answer(topic, name, envelope, error=(jsonrpc.METHOD_NOT_FOUND, f"{method!r} is not available"))
                 return
             params = payload.get("params")
+            if method == "tools/call" and self._gw.chain.has_dispatch:
+                # The same dispatch-stage decisions as any MCP client's call: argument validation and
+                # pinned tool definitions. (Admission - capabilities, rates - ran when the envelope came in.)
+                tool = params.get("name") if isinstance(params, dict) else None
+                item = next((t for t in self._gw.catalogs[name].peek("tools") or [] if t.get("name") == tool), None)
+                decision = await self._gw.chain.dispatch(
+                    mcpx.decode(envelope),
+                    Principal(str(envelope.get("from")), CapabilitySet([])),
+                    Target(name, tool if isinstance(tool, str) else None, item),
+                )
+                if not decision.allowed:
+                    self._gw.audit.record(
+                        decision.outcome,
+                        transport="mcpx",
+                        principal=envelope.get("from"),
+                        topic=topic,
+                        action=envelope["kind"],
+                        backend=name,
+                        reason=decision.reason,
+                    )
+                    self._answer(topic, name, envelope, error=(decision.code, decision.reason))
+                    return
             try:
                 response = await self._gw.connections[name].request(
                     method, params if isinstance(params, dict) else None

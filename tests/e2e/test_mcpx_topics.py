@@ -458,3 +458,21 @@ async def test_validate_kind_checks_payload(strict: RunningGateway) -> None:
     assert (await bob.recv_kind("mcp/request:tools/call:safe"))["id"] == good["id"]
     await alice.close()
     await bob.close()
+
+
+async def test_topic_calls_pass_the_same_dispatch_stage_as_mcp_calls() -> None:
+    """Argument validation (and pinning) decide for topic calls too, not only for MCP clients."""
+    cfg = config()
+    cfg["backends"]["demo"]["validate_arguments"] = True
+    with run_gateway(cfg) as gw:
+        wait_for_backend(gw, ROOM, "demo")
+        alice = await Peer.join(gw.url, ROOM, "alice-token")
+        await alice.send("mcp/request:tools/call:add", tool_call("add", {"a": 1, "b": 2}, rpc_id=1), to=["demo"])
+        ok = await alice.recv_kind("mcp/response:tools/call:add")
+        assert ok["payload"]["result"]["structuredContent"] == {"sum": 3}
+        await alice.send("mcp/request:tools/call:add", tool_call("add", {"a": "one", "b": 2}, rpc_id=2), to=["demo"])
+        refused = await alice.recv_kind("mcp/response:tools/call:add")
+        assert refused["payload"]["id"] == 2
+        assert refused["payload"]["error"]["code"] == -32602
+        assert "Invalid arguments for tool add" in refused["payload"]["error"]["message"]
+        await alice.close()
