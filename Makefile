@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format bench test-deps clean
+.PHONY: run test lint format bench bench-mcpx test-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	bash bench/run.sh $(ARGS)
+
+# MCPx topic fan-out: deliveries per second and delivery latency with 10 and 50 participants.
+bench-mcpx: $(STAMP)
+	$(BIN)/python bench/mcpx_fanout.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .cache build *.egg-info
