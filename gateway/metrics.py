@@ -72,6 +72,15 @@ class Metrics:
             ["backend"],
             registry=r,
         )
+        self.mcpx_envelopes = Counter(
+            "switchboard_mcpx_envelopes_total",
+            "MCPx envelopes from participants, by outcome (routed, refused, invalid).",
+            ["outcome"],
+            registry=r,
+        )
+        self.mcpx_deliveries = Counter(
+            "switchboard_mcpx_deliveries_total", "MCPx envelopes delivered to participants.", registry=r
+        )
 
     def observe_request(self, method: str, backend: str, outcome: str, seconds: float | None) -> None:
         """Count one handled request (and its latency); label children are cached, as label lookup

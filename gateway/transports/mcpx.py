@@ -34,6 +34,9 @@ from policies.principal import Principal
 if TYPE_CHECKING:
     from gateway.core import Gateway
 
+# system/error codes that are decisions (counted as refused), as opposed to malformed envelopes.
+_REFUSALS = frozenset({"capability_violation", "rate_limited", "reserved_kind", "envelope_too_large"})
+
 log = logging.getLogger(__name__)
 
 TRANSPORT = "mcpx"
@@ -180,6 +183,8 @@ class McpxDoor:
     # ---- one frame ---------------------------------------------------------------------------
 
     def _error(self, topic: Topic, participant: Participant, code: str, message: str, **details: Any) -> None:
+        # Every refusal of a participant's envelope is answered through here, so it is counted here.
+        self._gw.metrics.mcpx_envelopes.labels("refused" if code in _REFUSALS else "invalid").inc()
         correlation_id = details.pop("correlation_id", None)
         self._gw.topics.send(
             topic, participant.id, mcpx.error(participant.id, code, message, correlation_id, **details)
@@ -244,7 +249,26 @@ class McpxDoor:
             code, message, details = problem
             self._error(topic, participant, code, message, correlation_id=env_id, **details)
             return
-        self._gw.topics.route(topic, participant.id, envelope, data if isinstance(data, str) else data.decode())
+        delivered = self._gw.topics.route(
+            topic, participant.id, envelope, data if isinstance(data, str) else data.decode()
+        )
+        self._gw.metrics.mcpx_envelopes.labels("routed").inc()
+        self._gw.metrics.mcpx_deliveries.inc(delivered)
+        to = envelope.get("to")
+        missing = [r for r in to if r not in topic.participants] if isinstance(to, list) else []
+        if missing:
+            # Delivered to whoever is there; the sender learns who was not (no silent loss).
+            self._gw.topics.send(
+                topic,
+                participant.id,
+                mcpx.error(
+                    participant.id,
+                    "unknown_recipient",
+                    f"not in topic {topic.name!r}: {', '.join(missing)}",
+                    env_id,
+                    recipients=missing,
+                ),
+            )
 
     def _refuse_envelope(
         self, topic: Topic, participant: Participant, envelope: dict[str, Any], decision: Decision, env_id: str | None

@@ -476,3 +476,20 @@ async def test_topic_calls_pass_the_same_dispatch_stage_as_mcp_calls() -> None:
         assert refused["payload"]["error"]["code"] == -32602
         assert "Invalid arguments for tool add" in refused["payload"]["error"]["message"]
         await alice.close()
+
+
+async def test_unknown_recipients_are_reported_and_envelopes_counted(gateway: RunningGateway) -> None:
+    alice = await Peer.join(gateway.url, "t-unknown", "alice-token")
+    bob = await Peer.join(gateway.url, "t-unknown", "bob-token")
+    sent = await alice.send("chat", {"text": "anyone?"}, to=["bob", "nobody"])
+    assert (await bob.recv_kind("chat"))["payload"]["text"] == "anyone?", "those present still receive it"
+    error = await alice.recv_kind("system/error")
+    assert error["correlation_id"] == sent["id"]
+    assert error["payload"]["error"] == "unknown_recipient"
+    assert error["payload"]["recipients"] == ["nobody"]
+    async with httpx.AsyncClient(timeout=5) as http:
+        metrics = (await http.get(f"{gateway.url}/metrics")).text
+    assert 'switchboard_mcpx_envelopes_total{outcome="routed"}' in metrics
+    assert "switchboard_mcpx_deliveries_total" in metrics
+    await alice.close()
+    await bob.close()
