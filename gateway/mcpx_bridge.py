@@ -83,10 +83,20 @@ class BackendParticipants:
                 await asyncio.sleep(_READY_POLL_S)
                 continue
             log.info("MCPx: backend %s joined topic %s with %d tool(s)", name, topic, len(participant.tools))
+            catalog = self._gw.catalogs[name]
+            generation = catalog.generation
             try:
                 # BackendConnection signals "ready" but not "down"; a 1 s poll is cheap and bounded.
-                while conn.state == "ready":  # noqa: ASYNC110
+                # The same poll notices a list_changed (the catalog's generation moves): the tools
+                # announced in the topic must stay those the backend offers.
+                while conn.state == "ready":
                     await asyncio.sleep(_WATCH_S)
+                    if catalog.generation != generation:
+                        generation = catalog.generation
+                        tools = await self._tools(name)
+                        if tools != participant.tools:
+                            participant.tools = tools
+                            self._gw.topics.reannounce(topic, participant)
             finally:
                 self._gw.topics.leave(topic, participant)
 

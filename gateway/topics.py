@@ -106,6 +106,13 @@ class TopicHub:
         self._broadcast_gateway(topic, mcpx.presence("join", participant.entry()), exclude=participant.id)
         return topic
 
+    def reannounce(self, topic_name: str, participant: Participant) -> None:
+        """A participant's description changed (a backend's tools): presence has only join and
+        leave (§3.4), so it is announced again as a join of the same id, which peers key by."""
+        topic = self._topics.get(topic_name)
+        if topic is not None and topic.participants.get(participant.id) is participant:
+            self._broadcast_gateway(topic, mcpx.presence("join", participant.entry()), exclude=participant.id)
+
     def leave(self, topic_name: str, participant: Participant) -> None:
         topic = self._topics.get(topic_name)
         # Only this very participant: a refused duplicate must not remove the one connected.

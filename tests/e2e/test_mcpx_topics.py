@@ -493,3 +493,36 @@ async def test_unknown_recipients_are_reported_and_envelopes_counted(gateway: Ru
     assert "switchboard_mcpx_deliveries_total" in metrics
     await alice.close()
     await bob.close()
+
+
+async def test_a_bridged_backends_new_tools_are_announced() -> None:
+    import sys
+
+    from tests.support import PROJECT_ROOT
+
+    cfg = config()
+    cfg["backends"] = {
+        "dyn": {
+            "transport": "stdio",
+            "command": sys.executable,
+            "args": ["-m", "tests.e2e.backends.dynamic"],
+            "cwd": str(PROJECT_ROOT),
+            "required": True,
+        }
+    }
+    cfg["mcpx"]["topics"] = {"lab": {"participants": ["dyn"]}}
+    with run_gateway(cfg) as gw:
+        wait_for_backend(gw, "lab", "dyn")
+        alice = await Peer.join(gw.url, "lab", "alice-token")
+        dyn = next(p for p in alice.welcome["payload"]["participants"] if p["id"] == "dyn")
+        assert "sprout" not in {t["name"] for t in dyn["tools"]}
+        await alice.send("mcp/request:tools/call:grow", tool_call("grow", {"name": "sprout"}), to=["dyn"])
+        await alice.recv_kind("mcp/response:tools/call:grow")
+        async with asyncio.timeout(10):
+            while True:
+                presence = await alice.recv_kind("system/presence")
+                entry = presence["payload"]["participant"]
+                if entry["id"] == "dyn" and "sprout" in {t["name"] for t in entry.get("tools", [])}:
+                    break
+        assert presence["payload"]["event"] == "join", "presence has only join and leave (§3.4)"
+        await alice.close()
