@@ -20,6 +20,7 @@ from gateway.mrtr import Parking
 from gateway.router import Router
 from gateway.sessions import ClientSession, SessionStore
 from gateway.topics import TopicHub
+from gateway.transports.http_common import header
 from gateway.upstreams import make_carrier
 from gateway.upstreams.connection import BackendConnection
 from policies import CapabilityPolicy, PolicyChain, Principal
@@ -32,13 +33,6 @@ from policies.ratelimit import RateLimitPolicy
 log = logging.getLogger(__name__)
 
 _JWT_CACHE = 4096  # verified JWTs kept (until they expire) so that a request costs no signature check
-
-
-def _header(scope: dict[str, Any], name: bytes) -> str | None:
-    for key, value in scope.get("headers", ()):
-        if key == name:
-            return value.decode("latin-1")
-    return None
 
 
 SERVER_INFO = {"name": "switchboard", "title": "Switchboard", "version": __version__}
@@ -130,9 +124,13 @@ class Gateway:
 
     # ---- sessions ----------------------------------------------------------------------------
 
-    def authenticate(self, scope: dict[str, Any]) -> Credentials:
-        """Who is calling (raises AuthError). Every front door asks here, on every request."""
-        token = bearer_token(_header(scope, b"authorization"))
+    def authenticate(self, scope: dict[str, Any], token: str | None = None) -> Credentials:
+        """Who is calling (raises AuthError). Every front door asks here, on every request.
+
+        The token is the Authorization header's, unless a door found it elsewhere (MCPx ``?token=``).
+        """
+        if token is None:
+            token = bearer_token(header(scope, b"authorization"))
         if token is not None and token.count(".") == 2:
             cached = self._jwt_cache.get(token)
             if cached is not None and (cached.expires is None or cached.expires > time.time()):

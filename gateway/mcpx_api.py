@@ -11,8 +11,6 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import hmac
 import time
 from datetime import UTC, datetime
@@ -24,8 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.admin import AdminApi
-from gateway.transports.mcpx import jwt_claims
-from policies.auth import AuthError, bearer_token
+from policies.auth import AuthError, bearer_token, mint_hs256
 from policies.patterns import CapabilitySet
 
 if TYPE_CHECKING:
@@ -38,16 +35,6 @@ DEV_TOKEN_TTL_S = 3600
 
 def _error(status: int, message: str) -> Response:
     return JSONResponse({"error": message}, status_code=status)
-
-
-def mint_hs256(claims: dict[str, Any], secret: str) -> str:
-    def b64(data: bytes) -> str:
-        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-    head = b64(orjson.dumps({"alg": "HS256", "typ": "JWT"}))
-    body = b64(orjson.dumps(claims))
-    signature = hmac.new(secret.encode(), f"{head}.{body}".encode(), hashlib.sha256).digest()
-    return f"{head}.{body}.{b64(signature)}"
 
 
 class McpxApi:
@@ -145,8 +132,7 @@ class McpxApi:
             credentials = self._gw.authenticate(request.scope)
         except AuthError as exc:
             return _error(401, f"Unauthorized: {exc.reason}"), None
-        bound = jwt_claims(token).get("topic") if credentials.kind == "jwt" and token else None
-        return None, bound if isinstance(bound, str) else None
+        return None, credentials.topic
 
     async def list_topics(self, request: Request) -> Response:
         refused, bound = self._reader_topic(request)

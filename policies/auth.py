@@ -47,6 +47,7 @@ class Credentials:
     name: str
     token_capabilities: tuple[str, ...] | None = None  # a JWT's capabilities claim, when present
     expires: float | None = None
+    topic: str | None = None  # a JWT's ``topic`` claim: the one MCPx topic the token is for
 
 
 _JWKS_MIN_INTERVAL_S = 60.0
@@ -54,6 +55,21 @@ _JWKS_MIN_INTERVAL_S = 60.0
 
 def _b64url(data: str) -> bytes:
     return base64.urlsafe_b64decode(data + "=" * (-len(data) % 4))
+
+
+def _b64url_encode(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _hs256(secret: str, signing_input: bytes) -> bytes:
+    return hmac.new(secret.encode(), signing_input, hashlib.sha256).digest()
+
+
+def mint_hs256(claims: dict[str, Any], secret: str) -> str:
+    """An HS256 JWT that :class:`JwtVerifier` accepts with the same secret (MCPx dev tokens)."""
+    head = _b64url_encode(json.dumps({"alg": "HS256", "typ": "JWT"}, separators=(",", ":")).encode())
+    body = _b64url_encode(json.dumps(claims, separators=(",", ":")).encode())
+    return f"{head}.{body}.{_b64url_encode(_hs256(secret, f'{head}.{body}'.encode()))}"
 
 
 def _token_hash(token: str) -> bytes:
@@ -178,8 +194,7 @@ class JwtVerifier:
         signed = f"{head_b64}.{body_b64}".encode()
         alg = header.get("alg")
         if alg == "HS256" and self.config.hs256_secret:
-            expected = hmac.new(self.config.hs256_secret.encode(), signed, hashlib.sha256).digest()
-            if not hmac.compare_digest(expected, signature):
+            if not hmac.compare_digest(_hs256(self.config.hs256_secret, signed), signature):
                 raise AuthError("token signature does not verify", True)
         elif alg in ("RS256", "ES256") and (self._keys or self.config.jwks_url):
             self._verify_asymmetric(alg, header.get("kid"), signed, signature)
@@ -261,7 +276,14 @@ class Authenticator:
             caps = claims.get("capabilities")
             token_caps = tuple(c for c in caps if isinstance(c, str)) if isinstance(caps, list) else None
             exp = claims.get("exp")
-            return Credentials("jwt", subject, token_caps, float(exp) if isinstance(exp, (int, float)) else None)
+            topic = claims.get("topic")
+            return Credentials(
+                "jwt",
+                subject,
+                token_caps,
+                float(exp) if isinstance(exp, (int, float)) else None,
+                topic if isinstance(topic, str) else None,
+            )
         raise AuthError("unknown token", True)
 
     def principal(self, credentials: Credentials) -> Principal:

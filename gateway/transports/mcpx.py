@@ -14,7 +14,6 @@ rather than a bare HTTP 403; a full topic closes with 1013 (try again later).
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import re
@@ -26,7 +25,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from adapters import mcpx
 from gateway.topics import JoinRefused, Participant, Topic
 from gateway.transports.http_common import OriginGuard
-from policies.auth import AuthError, Credentials
+from policies.auth import AuthError, Credentials, bearer_token
 from policies.chain import Decision
 from policies.patterns import CapabilitySet
 from policies.principal import Principal
@@ -46,21 +45,10 @@ _TOPIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$")
 _CLOSE_WAIT_S = 2.0
 
 
-def jwt_claims(token: str) -> dict[str, Any]:
-    """The claims of a JWT that authentication already verified (read only for ``topic``)."""
-    try:
-        body = token.split(".")[1]
-        claims = orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
-    except (IndexError, ValueError):
-        return {}
-    return claims if isinstance(claims, dict) else {}
-
-
 def token_of(ws: WebSocket) -> str | None:
-    header = ws.headers.get("authorization")
-    if header:
-        scheme, _, value = header.partition(" ")
-        return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+    """The bearer token, from the Authorization header or (as reference clients send it) ?token=."""
+    if ws.headers.get("authorization"):
+        return bearer_token(ws.headers.get("authorization"))
     return ws.query_params.get("token") or None
 
 
@@ -91,16 +79,9 @@ class McpxDoor:
             await asyncio.wait_for(ws.close(code=code, reason=reason[:120]), _CLOSE_WAIT_S)
 
     def _credentials(self, ws: WebSocket, topic: str) -> Credentials:
-        token = token_of(ws)
-        scope = dict(ws.scope)
-        if token is not None:
-            # Gateway.authenticate reads the header: give a ?token= the same path (and JWT cache).
-            scope["headers"] = [*ws.scope.get("headers", ()), (b"authorization", f"Bearer {token}".encode())]
-        credentials = self._gw.authenticate(scope)
-        if credentials.kind == "jwt" and token is not None:
-            claimed = jwt_claims(token).get("topic")
-            if claimed is not None and claimed != topic:
-                raise AuthError(f"token is for topic {claimed!r}, not {topic!r}", True)
+        credentials = self._gw.authenticate(ws.scope, token_of(ws))
+        if credentials.topic is not None and credentials.topic != topic:
+            raise AuthError(f"token is for topic {credentials.topic!r}, not {topic!r}", True)
         return credentials
 
     def capabilities_of(self, credentials: Credentials, topic: str) -> CapabilitySet:
