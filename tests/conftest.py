@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from gateway.bus import Bus, MemoryBus
+from gateway.bus.redis import RedisBus
 from tests.conformance.conftest import start_fixture_server
 from tests.conformance.runner import ConformanceError, ensure_installed
 from tests.support import redis_server
@@ -54,3 +57,19 @@ def redis_url() -> Iterator[str]:
         pytest.skip("redis-server is not installed (make test installs it with apt-get)")
     with redis_server(binary) as (url, _):
         yield url
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def bus(request: pytest.FixtureRequest) -> AsyncIterator[Bus]:
+    """Each Bus implementation in turn. The Redis server is shared by the session: a key prefix of
+    the test's own keeps its keys apart."""
+    instance: Bus = (
+        MemoryBus()
+        if request.param == "memory"
+        else RedisBus(request.getfixturevalue("redis_url"), prefix=f"test-{uuid.uuid4().hex}:")
+    )
+    await instance.start()
+    try:
+        yield instance
+    finally:
+        await instance.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -38,20 +38,6 @@ async def allowed(policy: RateLimitPolicy, ev: Event, principal: Principal, time
         if decision is not None:
             return False
     return True
-
-
-@pytest.fixture(params=["memory", "redis"])
-async def bus(request: pytest.FixtureRequest) -> AsyncIterator[Bus]:
-    instance: Bus = (
-        MemoryBus()
-        if request.param == "memory"
-        else RedisBus(request.getfixturevalue("redis_url"), prefix=f"test-{uuid.uuid4().hex}:")
-    )
-    await instance.start()
-    try:
-        yield instance
-    finally:
-        await instance.close()
 
 
 def test_public_names() -> None:

@@ -6,28 +6,11 @@ import asyncio
 import contextlib
 import math
 import time
-import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 
 from gateway.bus import Bus, MemoryBus
 from gateway.bus.redis import RedisBus
-
-
-@pytest.fixture(params=["memory", "redis"])
-async def bus(request: pytest.FixtureRequest) -> AsyncIterator[Bus]:
-    # The Redis server is shared by the session: a prefix of its own keeps each test's keys apart.
-    instance: Bus = (
-        MemoryBus()
-        if request.param == "memory"
-        else RedisBus(request.getfixturevalue("redis_url"), prefix=f"test-{uuid.uuid4().hex}:")
-    )
-    await instance.start()
-    try:
-        yield instance
-    finally:
-        await instance.close()
 
 
 async def test_publish_reaches_current_subscribers(bus: Bus) -> None:
