@@ -22,6 +22,9 @@ class MemoryBus(Bus):
         # key -> (tokens, when they were counted, when the bucket will be full again)
         self._buckets: dict[str, tuple[float, float, float]] = {}
         self._sweep_size = _SWEEP_MIN_SIZE
+        # Values with a TTL are forgotten when read after expiry, and swept when the table doubles,
+        # so that keys written once and never read again (de-duplication claims) cannot pile up.
+        self._value_sweep_size = _SWEEP_MIN_SIZE
         self._sweep_at = time.monotonic() + _SWEEP_INTERVAL_S
 
     async def publish(self, channel: str, data: bytes) -> int:
@@ -62,7 +65,15 @@ class MemoryBus(Bus):
         if only_if_absent and self._live(key) is not None:
             return False
         self._values[key] = (value, time.monotonic() + ttl_s if ttl_s else None)
+        if len(self._values) > self._value_sweep_size:
+            self._sweep_values()
         return True
+
+    def _sweep_values(self) -> None:
+        now = time.monotonic()
+        for key in [k for k, (_, expires) in self._values.items() if expires is not None and expires <= now]:
+            del self._values[key]
+        self._value_sweep_size = max(_SWEEP_MIN_SIZE, 2 * len(self._values))
 
     async def delete(self, key: str) -> None:
         self._values.pop(key, None)

@@ -152,3 +152,15 @@ async def test_memory_bucket_table_does_not_grow_without_bound() -> None:
     for i in range(5000):
         assert await bus.take(f"k{i}", per_s=1e6, burst=2) == 0.0  # full again within microseconds
     assert len(bus._buckets) < 2100
+
+
+async def test_memory_bus_forgets_expired_claims_nobody_reads_again() -> None:
+    """De-duplication claims are written once and never read: they must not pile up."""
+    bus = MemoryBus()
+    for n in range(3000):
+        assert await bus.set(f"claim:{n}", b"1", ttl_s=0.01, only_if_absent=True)
+    await asyncio.sleep(0.02)
+    for n in range(3000):
+        await bus.set(f"fresh:{n}", b"1", ttl_s=60, only_if_absent=True)
+    assert not [k for k in bus._values if k.startswith("claim:")], "expired claims were swept"
+    assert await bus.get("fresh:0") == b"1"
