@@ -192,9 +192,33 @@ class Auth(_Model):
     admin_token: str | None = Field(None, description="Bearer token of the admin API (/admin/...); none: no admin API.")
 
 
+class FeatureSetRules(_Model):
+    allow: list[str] = Field(
+        default_factory=lambda: ["*"],
+        description="Feature-set patterns this principal's hosts may enable ('*' wildcards). A pattern matches "
+        "the qualified name BACKEND.FEATURESET or the backend's own name, so 'memory.*' covers every backend.",
+    )
+    deny: list[str] = Field(default_factory=list, description="Feature-set patterns never enabled; deny wins.")
+
+
+class ScopePatterns(_Model):
+    whitelist: list[str] = Field(default_factory=list, description="Scope labels approved without asking (globs).")
+    blacklist: list[str] = Field(
+        default_factory=list, description="Scope labels always refused (globs); beats every whitelist, the host's too."
+    )
+
+
+class PrincipalMcpl(_Model):
+    feature_sets: FeatureSetRules | None = Field(None, description="Overrides mcpl.feature_sets for this principal.")
+    scopes: dict[str, ScopePatterns] | None = Field(
+        None, description="Overrides mcpl.scopes for this principal; keys are feature-set patterns."
+    )
+
+
 class PrincipalConfig(_Model):
     tokens: list[str] = Field(default_factory=list, description="Static bearer tokens (compared in constant time).")
     capabilities: list[str] = Field(default_factory=list, description="MCPx-style capability patterns.")
+    mcpl: PrincipalMcpl = Field(default_factory=PrincipalMcpl, description="MCPL feature sets and scopes allowed.")
 
 
 class Bucket(_Model):
@@ -252,6 +276,37 @@ class Mcpx(_Model):
     )
 
 
+class Mcpl(_Model):
+    feature_sets: FeatureSetRules = Field(
+        default_factory=FeatureSetRules, description="Feature sets hosts may enable, for principals without their own."
+    )
+    scopes: dict[str, ScopePatterns] = Field(
+        default_factory=dict,
+        description="Operator scope patterns by feature-set pattern, merged with each host's (operator blacklist wins)",
+    )
+    hook_order: list[str] = Field(
+        default_factory=list,
+        description="Backends whose context hooks run (and whose injections are ordered) first, in this order; "
+        "the others follow in configuration order.",
+    )
+    before_inference_timeout_s: float = Field(5.0, gt=0, description="Per-backend wait for context/beforeInference.")
+    after_inference_timeout_s: float = Field(10.0, gt=0, description="Per-backend wait for a blocking afterInference.")
+    after_inference_failure: Literal["open", "closed"] = Field(
+        "open",
+        description="A blocking afterInference hook that fails or times out: open = go on without it, "
+        "closed = answer the host with an error.",
+    )
+    host_request_timeout_s: float = Field(
+        60.0, gt=0, description="Longest a backend's push/event, inference/request, scope/elevate... waits for a host."
+    )
+    push_dedup_ttl_s: float = Field(3600.0, gt=0, description="How long a push/event eventId is remembered.")
+    routing: dict[str, dict[str, dict[str, Any]]] = Field(
+        default_factory=dict,
+        description="inference/request routing hints (MCPL §11.5) by backend, then feature-set pattern: keys added "
+        "to the request's preferences, e.g. {mem: {'memory.*': {model: small}}}.",
+    )
+
+
 class Config(_Model):
     listen: Listen = Field(default_factory=Listen)
     bus: BusConfig = Field(default_factory=BusConfig)
@@ -267,6 +322,7 @@ class Config(_Model):
     security: Security = Field(default_factory=Security)
     limits: Limits = Field(default_factory=Limits)
     mcpx: Mcpx = Field(default_factory=Mcpx)
+    mcpl: Mcpl = Field(default_factory=Mcpl)
     log_level: Literal["debug", "info", "warning", "error"] = Field("info")
 
     @model_validator(mode="after")

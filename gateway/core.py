@@ -8,12 +8,14 @@ import time
 from functools import partial
 from typing import Any
 
+from adapters import mcpl
 from adapters.mcp import LEGACY_VERSIONS
 from gateway import __version__
 from gateway.audit import AuditLog
 from gateway.bus import Bus, make_bus
 from gateway.config import Config
 from gateway.federation import BackendCatalog, Namer, View
+from gateway.mcpl import McplRelay
 from gateway.mcpx_bridge import BackendParticipants
 from gateway.metrics import Metrics
 from gateway.mrtr import Parking
@@ -61,6 +63,7 @@ class Gateway:
         self.authenticator = Authenticator(config.auth, self.principals)
         self._jwt_cache: dict[str, Credentials] = {}
         self.router = Router(self)
+        self.mcpl = McplRelay(self)
         self.parking = Parking(config.limits.client_request_timeout_s)
         self.sessions = SessionStore(config.limits, self._session_ended)
         names = tuple(config.backends)
@@ -165,7 +168,9 @@ class Gateway:
         """
         self.principals.replace(config.principals)
         self.authenticator = Authenticator(config.auth, self.principals)
-        self.config = self.config.model_copy(update={"auth": config.auth, "principals": config.principals})
+        self.config = self.config.model_copy(
+            update={"auth": config.auth, "principals": config.principals, "mcpl": config.mcpl}
+        )
         self.principals_changed()
         needs_restart = [
             key
@@ -184,10 +189,12 @@ class Gateway:
         self._jwt_cache.clear()
         for session in self.sessions:
             session.principal = self.principal_of(session.credentials)
+        self.mcpl.principals_changed()  # what the operator allows changed: backends are told at once
 
     def _session_ended(self, session: ClientSession) -> None:
         self.metrics.sessions.labels(session.transport).dec()
         self.router.session_ended(session)
+        self.mcpl.session_ended(session)
 
     # ---- identity ----------------------------------------------------------------------------
 
@@ -197,7 +204,8 @@ class Gateway:
             conn = self.connections[view.backends[0]]
             if conn.state == "ready":
                 result: dict[str, Any] = {
-                    "capabilities": dict(conn.capabilities),
+                    # MCPL is spoken by the gateway itself, and shown only to MCPL hosts (McplRelay).
+                    "capabilities": mcpl.without_mcpl(dict(conn.capabilities)),
                     "serverInfo": conn.server_info or SERVER_INFO,
                 }
                 if conn.init_result.get("instructions"):
@@ -217,7 +225,8 @@ class Gateway:
             if conn.state != "ready":
                 continue
             for key, value in (conn.capabilities.get("experimental") or {}).items():
-                experimental.setdefault(key, value)
+                if key != "mcpl":
+                    experimental.setdefault(key, value)
             text = conn.init_result.get("instructions")
             if isinstance(text, str) and text.strip():
                 instructions.append(text.strip() if len(view.backends) == 1 else f"[{name}] {text.strip()}")

@@ -81,6 +81,30 @@ class Metrics:
         self.mcpx_deliveries = Counter(
             "switchboard_mcpx_deliveries_total", "MCPx envelopes delivered to participants.", registry=r
         )
+        self.mcpl_decisions = Counter(
+            "switchboard_mcpl_decisions_total",
+            "MCPL decisions and relays, by method and outcome.",
+            ["method", "outcome"],
+            registry=r,
+        )
+        self.mcpl_push = Counter(
+            "switchboard_mcpl_push_events_total",
+            "push/event from backends, by outcome (accepted, duplicate, rejected).",
+            ["outcome"],
+            registry=r,
+        )
+        self.mcpl_dropped = Counter(
+            "switchboard_mcpl_dropped_total",
+            "Hook answers dropped: tagged with a disabled, unknown or no feature set.",
+            ["hook", "reason"],
+            registry=r,
+        )
+        self.mcpl_hook_seconds = Histogram(
+            "switchboard_mcpl_hook_seconds",
+            "Time one backend took to answer a context hook.",
+            ["hook"],
+            registry=r,
+        )
 
     def observe_request(self, method: str, backend: str, outcome: str, seconds: float | None) -> None:
         """Count one handled request (and its latency); label children are cached, as label lookup

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import adapters
 from adapters import mcp as mcp_adapter
-from adapters import mcp_draft, mcp_modern
+from adapters import mcp_draft, mcp_modern, mcpl
 from gateway import jsonrpc
 from gateway.channels import Channel
 from gateway.events import Event
@@ -71,6 +71,7 @@ _KNOWN_METHODS = frozenset(
         "resources/subscribe",
         "resources/unsubscribe",
         "completion/complete",
+        *mcpl.HOST_REQUESTS,
     }
 )
 # How many input_required rounds a modern backend may ask for one call.
@@ -163,6 +164,7 @@ class Router:
             "resources/subscribe": Router._subscribe,
             "resources/unsubscribe": Router._unsubscribe,
             "completion/complete": Router._complete,
+            **dict.fromkeys(mcpl.HOST_REQUESTS, Router._mcpl),
         }
 
     # ================================================================================ client side
@@ -286,7 +288,12 @@ class Router:
         await self._await_startup(session.view)
         result = self._gw.server_identity(session.view)
         result["protocolVersion"] = version
+        self._gw.mcpl.on_initialize(session, params, result)
         return jsonrpc.result(event.rpc_id, result)
+
+    async def _mcpl(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
+        """MCPL host requests: the gateway is the MCPL server of its hosts (gateway/mcpl/)."""
+        return await self._gw.mcpl.on_host_request(session, event, channel)
 
     async def _ping(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
         return jsonrpc.result(event.rpc_id, {})
@@ -453,6 +460,10 @@ class Router:
             decision = await self._gw.chain.dispatch(event, session.principal, Target(backend, original, item))
             if not decision.allowed:
                 raise PolicyDenied(decision, backend)
+        if kind == "tools" and "scope" in event.params:
+            scoped = self._gw.mcpl.check_scoped_call(session, backend, event.params)  # MCPL §7.7
+            if scoped is not None:
+                raise PolicyDenied(scoped, backend)
         return await self._forward(session, event, backend, {**event.params, "name": original}, channel)
 
     async def _uri_call(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
@@ -818,6 +829,8 @@ class Router:
             return
         if method == "notifications/progress":
             return  # progress on a client's own work for a backend request: no backend tracks it
+        if await self._gw.mcpl.on_host_notification(session, event):
+            return
         # Everything else (roots/list_changed, extension notifications) goes to every backend it may concern.
         for name in session.view.backends:
             conn = self._gw.connections[name]
@@ -847,9 +860,13 @@ class Router:
         for out in session.outgoing.values():
             if out.timer is not None:
                 out.timer.cancel()
-            out.conn.spawn(
-                out.conn.send(jsonrpc.error(out.upstream_id, jsonrpc.INTERNAL_ERROR, "client session ended"))
-            )
+            if out.future is not None:
+                if not out.future.done():
+                    out.future.set_result(jsonrpc.error(None, jsonrpc.INTERNAL_ERROR, "client session ended"))
+            elif out.conn is not None:
+                out.conn.spawn(
+                    out.conn.send(jsonrpc.error(out.upstream_id, jsonrpc.INTERNAL_ERROR, "client session ended"))
+                )
         session.outgoing.clear()
         for key in session.subscriptions:
             holders = self._subscriptions.get(key)
@@ -876,6 +893,7 @@ class Router:
         if conn.restarts:
             self._gw.metrics.backend_restarts.labels(conn.name).inc()
         self._backend_levels.pop(conn.name, None)
+        self._gw.mcpl.backend_connected(conn)
         conn.spawn(self._sync_backend_levels((conn.name,)))
         for backend, uri in list(self._subscriptions):
             if backend == conn.name:
@@ -888,6 +906,7 @@ class Router:
     def on_disconnected(self, conn: BackendConnection, reason: str) -> None:
         self._gw.catalogs[conn.name].invalidate()
         self._gw.metrics.backend_up.labels(conn.name).set(0)
+        self._gw.mcpl.backend_disconnected(conn)
         for session in self._sessions_of(conn.name):
             for gid, out in list(session.outgoing.items()):
                 if out.conn is conn:
@@ -909,6 +928,8 @@ class Router:
         upstream_id = message.get("id")
         if method == "ping":
             conn.spawn(conn.send(jsonrpc.result(upstream_id, {})))
+            return
+        if self._gw.mcpl.on_server_request(conn, message, owner):
             return
         session: ClientSession | None = None
         channel: Channel | None = None
@@ -991,6 +1012,8 @@ class Router:
     def on_notification(self, conn: BackendConnection, message: dict[str, Any]) -> None:
         method = message.get("method", "")
         params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        if self._gw.mcpl.on_server_notification(conn, message):
+            return
         kinds = _KINDS_OF_CHANGE.get(method)
         if kinds is not None:
             for kind in kinds:

@@ -21,6 +21,7 @@ from policies.principal import Principal
 
 if TYPE_CHECKING:
     from gateway.federation import View
+    from gateway.mcpl.state import McplSession
     from gateway.upstreams.connection import BackendConnection, Pending
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,8 @@ class ClientSession:
         self.missing_capabilities: list[str] = []
         # A client that introduced itself in the seed draft's words gets the draft's shapes back.
         self.draft = False
+        # An MCPL host's feature-set choices, scopes and approvals (None: not an MCPL host).
+        self.mcpl: McplSession | None = None
         self._short = session_id[:8]
         self._stream_ids = itertools.count(1)
         self._out_ids = itertools.count(1)

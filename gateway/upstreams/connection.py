@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from adapters import mcp_modern
+from adapters import mcp_modern, mcpl
 from gateway import jsonrpc
 from gateway.config import Backend as BackendConfig
 from gateway.upstreams.base import Carrier, CarrierClosed
@@ -40,6 +40,7 @@ _GLOBAL_NOTIFICATIONS = frozenset(
         "notifications/resources/list_changed",
         "notifications/resources/updated",
         "notifications/cancelled",
+        *mcpl.SERVER_NOTIFICATIONS,
     }
 )
 _STABLE_AFTER_S = 10.0
@@ -260,7 +261,9 @@ class BackendConnection:
         self.era = self._known_era = "legacy"
         params = {
             "protocolVersion": LATEST_LEGACY,
-            "capabilities": GATEWAY_CLIENT_CAPABILITIES,
+            # Every backend is offered MCPL: servers only show it to hosts that advertise it (WIRE.md),
+            # and an MCP server ignores what it does not know under ``experimental``.
+            "capabilities": {**GATEWAY_CLIENT_CAPABILITIES, "experimental": {"mcpl": mcpl.HOST_CAPABILITIES}},
             "clientInfo": self._client_info,
         }
         response = await self._roundtrip(self.begin("initialize", params, None), self.config.connect_timeout_s)

@@ -1,0 +1,696 @@
+"""The MCPL relay: to each host one MCPL server merging every MCPL backend; to each backend, one host.
+
+Backends are shared by every session (one connection each, ADR 0002), so a backend is told the
+*union* of what its MCPL host sessions enabled (intersected with what the operator allows each
+principal), and every message it initiates is checked and delivered per session: a push reaches
+only the sessions that have its feature set enabled. Decisions are made by ``policies.feature_sets``
+and ``policies.scopes``; this module gathers their inputs, routes, and records every decision in the
+audit stream. Every request a backend sends gets an answer, an error when no host can give one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from adapters import mcpl
+from gateway import jsonrpc
+from gateway.channels import Channel
+from gateway.events import Event
+from gateway.federation import View
+from gateway.mcpl.state import BackendMcpl, McplSession, exposed, resolve
+from gateway.sessions import ClientSession, Outgoing
+from policies.chain import Decision
+from policies.feature_sets import OperatorRules, check_server_tag
+from policies.globs import compile_glob
+from policies.scopes import ScopeRules, evaluate, merge_for_backend, permits, to_wire
+
+if TYPE_CHECKING:
+    from gateway.core import Gateway
+    from gateway.upstreams.connection import BackendConnection
+
+log = logging.getLogger(__name__)
+
+_MAX_CONVERSATIONS = 4096  # conversationId -> session pins kept (oldest forgotten first)
+NOT_NEGOTIATED = "MCPL was not negotiated on this session (initialize without capabilities.experimental.mcpl)"
+
+
+class McplRelay:
+    def __init__(self, gateway: Gateway) -> None:
+        from gateway.mcpl.channels import ChannelRouter
+        from gateway.mcpl.hooks import HookFanout
+
+        self._gw = gateway
+        self.backends: dict[str, BackendMcpl] = {}
+        self._sent: dict[str, dict[str, Any]] = {}
+        self.in_hook: Counter[str] = Counter()
+        self._conversations: OrderedDict[str, str] = OrderedDict()
+        self._chunk_routes: dict[tuple[str, str], tuple[BackendConnection, Any]] = {}
+        self.last_model: dict[str, Any] | None = None
+        self._operator_cache: dict[str, OperatorRules] = {}
+        self.hooks = HookFanout(self)
+        self.channels = ChannelRouter(self)
+
+    @property
+    def config(self) -> Any:
+        return self._gw.config.mcpl
+
+    @property
+    def gateway(self) -> Gateway:
+        return self._gw
+
+    # ================================================================== who, what, which names
+
+    def backend(self, name: str) -> BackendMcpl:
+        return self.backends.get(name) or BackendMcpl({})
+
+    def is_mcpl(self, name: str) -> bool:
+        found = self.backends.get(name)
+        return found is not None and bool(found.caps)
+
+    def sessions_of(self, backend: str) -> list[ClientSession]:
+        """MCPL host sessions whose view includes ``backend``."""
+        return [s for s in self._gw.sessions if not s.closed and s.mcpl is not None and backend in s.view.backends]
+
+    def operator_rules(self, principal: str) -> OperatorRules:
+        rules = self._operator_cache.get(principal)
+        if rules is None:
+            own = self._gw.config.principals.get(principal)
+            chosen = own.mcpl.feature_sets if own is not None and own.mcpl.feature_sets is not None else None
+            chosen = chosen or self.config.feature_sets
+            rules = self._operator_cache[principal] = OperatorRules(chosen.allow, chosen.deny)
+        return rules
+
+    def operator_scopes(self, principal: str, backend: str, feature_set: str) -> ScopeRules:
+        own = self._gw.config.principals.get(principal)
+        table = own.mcpl.scopes if own is not None and own.mcpl.scopes is not None else self.config.scopes
+        white: list[str] = []
+        black: list[str] = []
+        for pattern, rules in table.items():
+            match = compile_glob(pattern, None)
+            if match(f"{backend}.{feature_set}") or match(feature_set):
+                white += rules.whitelist
+                black += rules.blacklist
+        return ScopeRules(tuple(white), tuple(black))
+
+    def host_scopes(self, session: ClientSession, backend: str, feature_set: str) -> ScopeRules:
+        assert session.mcpl is not None
+        return session.mcpl.scopes.get(exposed(session.view, backend, feature_set), ScopeRules())
+
+    def effective(self, session: ClientSession, backend: str) -> frozenset[str]:
+        """The feature sets of ``backend`` enabled for ``session``: host enabled ∩ operator allows."""
+        if session.mcpl is None:
+            return frozenset()
+        rules = self.operator_rules(session.principal.name)
+        selection = session.mcpl.selection
+        return frozenset(
+            name
+            for name in self.backend(backend).feature_sets
+            if selection.is_enabled(exposed(session.view, backend, name)) and rules.allows(backend, name)
+        )
+
+    def can_enable(self, backend: str, feature_set: str) -> bool:
+        """Whether some host of ``backend`` could enable it (the operator allows it its principal)."""
+        sessions = self.sessions_of(backend)
+        if not sessions:
+            return OperatorRules(self.config.feature_sets.allow, self.config.feature_sets.deny).allows(
+                backend, feature_set
+            )
+        return any(self.operator_rules(s.principal.name).allows(backend, feature_set) for s in sessions)
+
+    def declared_for(self, view: View) -> dict[str, dict[str, Any]]:
+        """Every feature set of the view's MCPL backends under the names its hosts see."""
+        out: dict[str, dict[str, Any]] = {}
+        for name in view.backends:
+            for fs, decl in self.backend(name).feature_sets.items():
+                out.setdefault(exposed(view, name, fs), decl)
+        return out
+
+    def resolve_feature_set(self, view: View, name: str) -> list[tuple[str, str]]:
+        return resolve(view, name, {b: self.backend(b).feature_sets for b in view.backends})
+
+    def order(self, view: View) -> list[str]:
+        """Backends in hook order: ``mcpl.hook_order`` first, then configuration order (stable)."""
+        first = [b for b in self.config.hook_order if b in view.backends]
+        return first + [b for b in view.backends if b not in first]
+
+    # ============================================================================== negotiation
+
+    def host_capabilities(self, view: View) -> dict[str, Any]:
+        caps = [self.backend(b).caps for b in view.backends if self.is_mcpl(b)]
+        return mcpl.host_capabilities(self.declared_for(view), caps)
+
+    def on_initialize(self, session: ClientSession, params: dict[str, Any], result: dict[str, Any]) -> None:
+        """An MCPL host's initialize: remember it and show it the merged MCPL capabilities."""
+        host = mcpl.capabilities(params)
+        if host is None or session.mrtr:
+            return
+        session.mcpl = McplSession(host)
+        caps = result.setdefault("capabilities", {})
+        caps.setdefault("experimental", {})["mcpl"] = self.host_capabilities(session.view)
+
+    def session_ended(self, session: ClientSession) -> None:
+        if session.mcpl is None:
+            return
+        for key in [k for k in self._chunk_routes if k[0] == session.id]:
+            del self._chunk_routes[key]
+        self.sync_view(session.view)
+
+    def principals_changed(self) -> None:
+        self._operator_cache.clear()
+        for name in list(self.backends):
+            self.sync(name)
+
+    # ================================================================ configuration to backends
+
+    def backend_config(self, backend: str) -> dict[str, Any]:
+        """The ``featureSets/update`` a backend shared by several sessions is sent: the union of what
+        they enabled, and for each enabled set scope patterns every one of them accepts."""
+        declared = self.backend(backend).feature_sets
+        per_session = [(s, self.effective(s, backend)) for s in self.sessions_of(backend)]
+        enabled = sorted(set().union(*(e for _, e in per_session)) if per_session else set())
+        scopes: dict[str, Any] = {}
+        for fs in enabled:
+            rules = []
+            for session, eff in per_session:
+                if fs in eff:
+                    host = self.host_scopes(session, backend, fs)
+                    operator = self.operator_scopes(session.principal.name, backend, fs)
+                    rules.append(ScopeRules(host.whitelist + operator.whitelist, operator.blacklist + host.blacklist))
+            merged = merge_for_backend(rules)
+            if merged.whitelist or merged.blacklist:
+                scopes[fs] = to_wire(merged)
+        params: dict[str, Any] = {"enabled": enabled, "disabled": sorted(set(declared) - set(enabled))}
+        if scopes:
+            params["scopes"] = scopes
+        return params
+
+    def sync(self, backend: str, force: bool = False) -> None:
+        """Send ``featureSets/update`` to a connected MCPL backend when its configuration changed."""
+        conn = self._gw.connections.get(backend)
+        if conn is None or conn.state != "ready" or not self.is_mcpl(backend):
+            return
+        params = self.backend_config(backend)
+        if not force and self._sent.get(backend) == params:
+            return
+        self._sent[backend] = params
+        self.audit(
+            "configured",
+            None,
+            backend,
+            "featureSets/update",
+            enabled=params["enabled"],
+            disabled=params["disabled"],
+        )
+        if self.backend(backend).version.startswith("0.4"):
+            conn.spawn(conn.notify("featureSets/update", params))
+        else:
+            conn.spawn(self._update_request(conn, params))  # 0.5 made it a request with a receipt
+
+    async def _update_request(self, conn: BackendConnection, params: dict[str, Any]) -> None:
+        try:
+            response = await conn.request("featureSets/update", params, timeout=10.0)
+        except jsonrpc.RpcError as exc:
+            log.info("backend %s: featureSets/update failed: %s", conn.name, exc.message)
+            return
+        if "error" in response:
+            log.info("backend %s refused featureSets/update: %s", conn.name, response["error"])
+
+    def sync_view(self, view: View) -> None:
+        for name in view.backends:
+            self.sync(name)
+
+    def backend_connected(self, conn: BackendConnection) -> None:
+        caps = mcpl.capabilities(conn.init_result) or {}
+        old = self.backends.get(conn.name)
+        fresh = BackendMcpl(caps)
+        self.backends[conn.name] = fresh
+        if old is not None:
+            if old.channels:
+                self.channels.announce(conn.name, removed=list(old.channels))
+            added = {n: d for n, d in fresh.feature_sets.items() if old.feature_sets.get(n) != d}
+            removed = [n for n in old.feature_sets if n not in fresh.feature_sets]
+            if added or removed:
+                self._announce_feature_sets(conn.name, added, removed)
+        self._sent.pop(conn.name, None)
+        if caps:
+            self.sync(conn.name, force=True)
+
+    def backend_disconnected(self, conn: BackendConnection) -> None:
+        found = self.backends.get(conn.name)
+        if found is not None and found.channels:
+            gone = list(found.channels)
+            found.channels.clear()
+            self.channels.announce(conn.name, removed=gone)
+
+    def _announce_feature_sets(self, backend: str, added: dict[str, Any], removed: list[str]) -> None:
+        for session in self.sessions_of(backend):
+            params: dict[str, Any] = {}
+            if added:
+                params["added"] = {exposed(session.view, backend, n): d for n, d in added.items()}
+            if removed:
+                params["removed"] = [exposed(session.view, backend, n) for n in removed]
+            session.standalone.push(jsonrpc.notification("featureSets/changed", params))
+
+    # ============================================================================ host -> relay
+
+    async def on_host_notification(self, session: ClientSession, event: Event) -> bool:
+        """Handle an MCPL notification from a host; False when it is not one."""
+        method = event.method or ""
+        if method not in mcpl.HOST_NOTIFICATIONS:
+            return False
+        if session.mcpl is None:
+            log.info("session %s: dropped %s: %s", session.id[:8], method, NOT_NEGOTIATED)
+            return True
+        params = event.params
+        if method == "featureSets/update":
+            self.apply_update(session, params)
+        elif method == "inference/chunk":
+            self._chunk(session, params)
+        elif method == "context/afterInference":
+            self.hooks.after_notification(session, params)
+        elif method == "channels/publish":
+            await self.channels.publish(session, params, None)
+        else:
+            self.channels.observe(session, method, params)
+        return True
+
+    async def on_host_request(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
+        if session.mcpl is None:
+            raise jsonrpc.RpcError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {event.method} ({NOT_NEGOTIATED})")
+        method, params, rpc_id = event.method or "", event.params, event.rpc_id
+        if method == "featureSets/update":
+            self.apply_update(session, params)
+            return jsonrpc.result(rpc_id, self.receipt(session))
+        if method == "context/beforeInference":
+            return jsonrpc.result(rpc_id, await self.hooks.before(session, params))
+        if method == "context/afterInference":
+            return jsonrpc.result(rpc_id, await self.hooks.after(session, params))
+        if method == "state/rollback":
+            return await self._rollback(session, event)
+        return jsonrpc.result(rpc_id, await self.channels.host_request(session, method, params))
+
+    def apply_update(self, session: ClientSession, params: dict[str, Any]) -> None:
+        assert session.mcpl is not None
+        enabled, disabled, scopes = mcpl.update_params(params)
+        session.mcpl.selection.apply(enabled, disabled)
+        for name, rules in scopes.items():
+            if isinstance(name, str):
+                session.mcpl.scopes[name] = ScopeRules.from_wire(rules)
+        self.audit("configured", session, None, "featureSets/update", enabled=enabled, disabled=disabled)
+        self.sync_view(session.view)
+
+    def receipt(self, session: ClientSession) -> dict[str, Any]:
+        """What a 0.5 host's ``featureSets/update`` request is answered: the effective result."""
+        enabled = sorted(
+            exposed(session.view, b, fs) for b in session.view.backends for fs in self.effective(session, b)
+        )
+        return {"enabled": enabled, "disabled": sorted(set(self.declared_for(session.view)) - set(enabled))}
+
+    def _chunk(self, session: ClientSession, params: dict[str, Any]) -> None:
+        route = self._chunk_routes.get((session.id, str(params.get("requestId"))))
+        if route is None:
+            log.debug("session %s: inference/chunk for no pending request", session.id[:8])
+            return
+        conn, upstream_id = route
+        conn.spawn(conn.notify("inference/chunk", {**params, "requestId": upstream_id}))
+
+    async def _rollback(self, session: ClientSession, event: Event) -> dict[str, Any]:
+        params = event.params
+        name = params.get("featureSet")
+        targets = self.resolve_feature_set(session.view, name) if isinstance(name, str) else []
+        if not targets:
+            mcpl_backends = [b for b in session.view.backends if self.is_mcpl(b)]
+            if name is None and len(mcpl_backends) == 1:
+                targets = [(mcpl_backends[0], None)]  # type: ignore[list-item]
+            else:
+                raise jsonrpc.RpcError(mcpl.UNKNOWN_FEATURE_SET, "Unknown feature set", {"featureSet": name})
+        backend, own = targets[0]
+        forward = dict(params) if own is None else {**params, "featureSet": own}
+        response = await self.call_backend(backend, "state/rollback", forward)
+        self.audit("relayed", session, backend, "state/rollback", feature_set=own)
+        return {**response, "id": event.rpc_id}
+
+    async def call_backend(
+        self, backend: str, method: str, params: dict[str, Any], timeout: float | None = None
+    ) -> dict[str, Any]:
+        """A request to one backend; its answer message (result or error) as it came."""
+        conn = self._gw.connections[backend]
+        if conn.state != "ready":
+            raise jsonrpc.RpcError(
+                jsonrpc.BACKEND_UNAVAILABLE, f"backend {backend} is unavailable: {conn.last_error or conn.state}"
+            )
+        response = await conn.request(method, params, timeout=timeout)
+        return {k: v for k, v in response.items() if k != "id"}
+
+    def check_scoped_call(self, session: ClientSession, backend: str, params: dict[str, Any]) -> Decision | None:
+        """A host's ``tools/call`` carrying ``scope`` (MCPL §7.7), checked before it is forwarded.
+
+        The feature set is ``params.featureSet`` when the host names it, else every scoped feature
+        set of the backend that governs tools: a label any of them blacklists is refused.
+        """
+        scope = params.get("scope")
+        if scope is None or session.mcpl is None or not self.is_mcpl(backend):
+            return None
+        label = scope.get("label") if isinstance(scope, dict) else None
+        if not isinstance(label, str):
+            return Decision(False, "mcpl.scopes", jsonrpc.INVALID_PARAMS, "params.scope.label must be a string")
+        declared = self.backend(backend).feature_sets
+        named = params.get("featureSet")
+        if isinstance(named, str):
+            own = [fs for b, fs in self.resolve_feature_set(session.view, named) if b == backend]
+            if not own:
+                return Decision(
+                    False,
+                    "mcpl.feature_sets",
+                    mcpl.UNKNOWN_FEATURE_SET,
+                    "Unknown feature set",
+                    {"featureSet": named},
+                    outcome="denied",
+                )
+            candidates = own
+        else:
+            candidates = [n for n, d in declared.items() if d.get("scoped") and mcpl.uses(d, mcpl.USES_TOOLS)]
+        enabled = self.effective(session, backend)
+        for fs in candidates:
+            verdict = permits(
+                label,
+                self.host_scopes(session, backend, fs),
+                self.operator_scopes(session.principal.name, backend, fs),
+            )
+            if verdict.outcome == "deny":
+                self.audit("denied", session, backend, "tools/call", feature_set=fs, scope=label, reason=verdict.reason)
+                return Decision(
+                    False,
+                    "mcpl.scopes",
+                    jsonrpc.CAPABILITY_DENIED,
+                    verdict.reason,
+                    {"featureSet": exposed(session.view, backend, fs), "scope": label},
+                    outcome="denied",
+                )
+        if candidates and not any(fs in enabled for fs in candidates):
+            fs = candidates[0]
+            self.audit("denied", session, backend, "tools/call", feature_set=fs, scope=label, reason="not enabled")
+            return Decision(
+                False,
+                "mcpl.feature_sets",
+                mcpl.FEATURE_SET_NOT_ENABLED,
+                "Feature set not enabled",
+                {"featureSet": exposed(session.view, backend, fs), "canEnable": self.can_enable(backend, fs)},
+                outcome="denied",
+            )
+        self.audit("allowed", session, backend, "tools/call", feature_set=",".join(candidates) or None, scope=label)
+        return None
+
+    # ========================================================================= backend -> relay
+
+    def on_server_request(self, conn: BackendConnection, message: dict[str, Any], owner: Any) -> bool:
+        method = message.get("method")
+        if method not in mcpl.SERVER_REQUESTS:
+            return False
+        conn.spawn(self._answer(conn, message, owner))
+        return True
+
+    def on_server_notification(self, conn: BackendConnection, message: dict[str, Any]) -> bool:
+        method = message.get("method")
+        if method not in mcpl.SERVER_NOTIFICATIONS:
+            return False
+        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        if method == "featureSets/changed":
+            added, removed = self.backend(conn.name).changed(params.get("added"), params.get("removed"))
+            found = self.backend(conn.name)
+            if added or removed:
+                self._announce_feature_sets(conn.name, {n: found.feature_sets[n] for n in added}, removed)
+                self.sync(conn.name)
+        else:
+            self.channels.server_changed(conn.name, params)
+        return True
+
+    async def _answer(self, conn: BackendConnection, message: dict[str, Any], owner: Any) -> None:
+        """Every request a backend sends is answered: with the result, or with an error."""
+        method = message["method"]
+        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        try:
+            if method == "push/event":
+                result = await self._push(conn, params)
+            elif method == "inference/request":
+                result = await self._inference(conn, message.get("id"), params, owner)
+            elif method == "model/info":
+                result = await self._model_info(conn, owner)
+            elif method == "scope/elevate":
+                result = await self._elevate(conn, params, owner)
+            else:
+                result = await self.channels.server_request(conn, method, params, owner)
+            reply = jsonrpc.result(message.get("id"), result)
+        except jsonrpc.RpcError as exc:
+            reply = jsonrpc.error_from(message.get("id"), exc)
+        except Exception as exc:  # the backend must still get an answer
+            log.exception("backend %s: %s failed in the gateway", conn.name, method)
+            reply = jsonrpc.error(message.get("id"), jsonrpc.INTERNAL_ERROR, f"gateway error: {type(exc).__name__}")
+        await conn.send(reply)
+
+    def check_tag(
+        self, conn: BackendConnection, method: str, params: dict[str, Any]
+    ) -> tuple[str, list[ClientSession]]:
+        """The feature-set check every server-initiated message passes; returns the tag and the
+        sessions that have it enabled, or raises the MCPL error (-32001 / -32003 / -32602)."""
+        fs = params.get("featureSet")
+        eligible = [
+            s for s in self.sessions_of(conn.name) if isinstance(fs, str) and fs in self.effective(s, conn.name)
+        ]
+        declared = self.backend(conn.name).feature_sets
+        can = self.can_enable(conn.name, fs) if isinstance(fs, str) and fs in declared else False
+        decision = check_server_tag(fs, declared, bool(eligible), can)
+        if not decision.allowed:
+            self.audit(
+                decision.outcome,
+                None,
+                conn.name,
+                method,
+                feature_set=fs if isinstance(fs, str) else None,
+                reason=decision.reason,
+            )
+            raise jsonrpc.RpcError(decision.code, decision.reason, decision.data)
+        return fs, eligible  # type: ignore[return-value]
+
+    async def _push(self, conn: BackendConnection, params: dict[str, Any]) -> dict[str, Any]:
+        fs, eligible = self.check_tag(conn, "push/event", params)
+        event_id = params.get("eventId")
+        if not isinstance(event_id, str) or not event_id:
+            raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "push/event needs a non-empty string eventId (MCPL §9.2)")
+        metrics = self._gw.metrics
+        key = f"mcpl:push:{conn.name}:{event_id}"
+        if not await self._gw.bus.set(key, b"1", ttl_s=self.config.push_dedup_ttl_s, only_if_absent=True):
+            metrics.mcpl_push.labels("duplicate").inc()
+            self.audit("duplicate", None, conn.name, "push/event", feature_set=fs, event_id=event_id)
+            return {"accepted": False, "reason": "duplicate"}
+        hosts = [s for s in eligible if s.mcpl is not None and s.mcpl.supports("pushEvents")]
+        answers = await asyncio.gather(
+            *(self.ask_host(s, "push/event", {**params, "featureSet": exposed(s.view, conn.name, fs)}) for s in hosts),
+            return_exceptions=True,
+        )
+        accepted = [a for a in answers if isinstance(a, dict) and a.get("accepted") is True]
+        if accepted:
+            metrics.mcpl_push.labels("accepted").inc()
+            self.audit(
+                "delivered", None, conn.name, "push/event", feature_set=fs, event_id=event_id, hosts=len(accepted)
+            )
+            first = next((a for a in accepted if isinstance(a.get("inferenceId"), str)), accepted[0])
+            return {"accepted": True, **({"inferenceId": first["inferenceId"]} if "inferenceId" in first else {})}
+        # Nobody took it: forget the claim so that the server's retry with the same eventId is delivered.
+        await self._gw.bus.delete(key)
+        reasons = [a.get("reason") for a in answers if isinstance(a, dict) and isinstance(a.get("reason"), str)]
+        reasons += [e.message for e in answers if isinstance(e, jsonrpc.RpcError)]
+        reason = reasons[0] if reasons else "no host session accepts push events"
+        metrics.mcpl_push.labels("rejected").inc()
+        self.audit("rejected", None, conn.name, "push/event", feature_set=fs, event_id=event_id, reason=reason)
+        return {"accepted": False, "reason": reason}
+
+    async def _inference(
+        self, conn: BackendConnection, upstream_id: Any, params: dict[str, Any], owner: Any
+    ) -> dict[str, Any]:
+        if self.in_hook[conn.name]:
+            reason = (
+                "inference/request from inside a context hook is refused (MCPL §10.7: hooks must not trigger inference)"
+            )
+            self.audit("denied", None, conn.name, "inference/request", reason=reason)
+            raise jsonrpc.RpcError(jsonrpc.INVALID_REQUEST, reason)
+        fs, eligible = self.check_tag(conn, "inference/request", params)
+        hosts = [s for s in eligible if s.mcpl is not None and s.mcpl.supports("inferenceRequest")]
+        conversation = params.get("conversationId")
+        pinned = self._conversations.get(conversation) if isinstance(conversation, str) else None
+        session = next((s for s in hosts if s.id == pinned), None) or self.pick(hosts, owner)
+        if session is None:
+            reason = f"no host session with {fs} enabled can serve inference/request"
+            self.audit("unanswerable", None, conn.name, "inference/request", feature_set=fs, reason=reason)
+            raise jsonrpc.RpcError(jsonrpc.METHOD_NOT_FOUND, reason)
+        forward = {**params, "featureSet": exposed(session.view, conn.name, fs)}
+        hints = self._routing_hints(conn.name, fs)
+        if hints:
+            prefs = params.get("preferences") if isinstance(params.get("preferences"), dict) else {}
+            forward["preferences"] = {**prefs, **hints}
+        if isinstance(conversation, str):
+            self.pin_conversation(conversation, session)
+
+        def route(gid: str) -> None:
+            self._chunk_routes[(session.id, gid)] = (conn, upstream_id)
+
+        try:
+            result = await self.ask_host(session, "inference/request", forward, on_id=route)
+        finally:
+            for key in [k for k, v in self._chunk_routes.items() if k[0] == session.id and v == (conn, upstream_id)]:
+                del self._chunk_routes[key]
+        self.audit(
+            "relayed",
+            session,
+            conn.name,
+            "inference/request",
+            feature_set=fs,
+            model=result.get("model") if isinstance(result, dict) else None,
+        )
+        return result
+
+    def _routing_hints(self, backend: str, feature_set: str) -> dict[str, Any]:
+        hints: dict[str, Any] = {}
+        for pattern, keys in self.config.routing.get(backend, {}).items():
+            if compile_glob(pattern, None)(feature_set):
+                hints.update(keys)
+        return hints
+
+    def pin_conversation(self, conversation: str, session: ClientSession) -> None:
+        self._conversations[conversation] = session.id
+        self._conversations.move_to_end(conversation)
+        while len(self._conversations) > _MAX_CONVERSATIONS:
+            self._conversations.popitem(last=False)
+
+    async def _model_info(self, conn: BackendConnection, owner: Any) -> dict[str, Any]:
+        hosts = [s for s in self.sessions_of(conn.name) if s.mcpl is not None]
+        session = self.pick(hosts, owner)
+        if session is not None:
+            try:
+                return await self.ask_host(session, "model/info", {})
+            except jsonrpc.RpcError:
+                if self.last_model is None:
+                    raise
+        if self.last_model is not None:
+            return dict(self.last_model)  # the model the latest context hook named
+        raise jsonrpc.RpcError(jsonrpc.METHOD_NOT_FOUND, "no host session can answer model/info")
+
+    async def _elevate(self, conn: BackendConnection, params: dict[str, Any], owner: Any) -> dict[str, Any]:
+        fs, eligible = self.check_tag(conn, "scope/elevate", params)
+        scope = params.get("scope")
+        label = scope.get("label") if isinstance(scope, dict) else None
+        if not isinstance(label, str):
+            raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "scope/elevate needs params.scope.label (MCPL §7.3)")
+        payload = scope.get("payload") if isinstance(scope, dict) else None
+        session = self.pick(eligible, owner)
+        assert session is not None and session.mcpl is not None  # eligible is not empty after check_tag
+        verdict = evaluate(
+            label,
+            self.host_scopes(session, conn.name, fs),
+            self.operator_scopes(session.principal.name, conn.name, fs),
+            session.mcpl.approved(conn.name, fs),
+        )
+        if verdict.outcome != "ask":
+            outcome = "approved" if verdict.outcome == "approve" else "denied"
+            self.audit(
+                outcome,
+                session,
+                conn.name,
+                "scope/elevate",
+                feature_set=fs,
+                scope=label,
+                reason=verdict.reason,
+                by=verdict.by,
+            )
+            if verdict.outcome == "approve":
+                return {"approved": True, **({"payload": payload} if payload is not None else {})}
+            return {"approved": False, "reason": verdict.reason}
+        answer = await self.ask_host(
+            session, "scope/elevate", {**params, "featureSet": exposed(session.view, conn.name, fs)}
+        )
+        approved = isinstance(answer, dict) and answer.get("approved") is True
+        if approved:
+            session.mcpl.approve(conn.name, fs, label)
+        self.audit(
+            "approved" if approved else "denied",
+            session,
+            conn.name,
+            "scope/elevate",
+            feature_set=fs,
+            scope=label,
+            by="host",
+            reason=answer.get("reason") if isinstance(answer, dict) else None,
+        )
+        return answer if isinstance(answer, dict) else {"approved": False, "reason": "the host gave no answer"}
+
+    # ================================================================================ plumbing
+
+    def pick(self, candidates: list[ClientSession], owner: Any) -> ClientSession | None:
+        """The session whose call the backend is serving, if it qualifies, else the most recently active."""
+        session = getattr(owner, "session", None)
+        if session is not None and session in candidates:
+            return session
+        live = [s for s in candidates if not s.closed]
+        return max(live, key=lambda s: s.last_seen) if live else None
+
+    async def ask_host(
+        self,
+        session: ClientSession,
+        method: str,
+        params: dict[str, Any],
+        timeout: float | None = None,
+        on_id: Callable[[str], None] | None = None,
+    ) -> Any:
+        """Send one request to a host session and return its result (RpcError for an error answer)."""
+        gid = session.next_outgoing_id()
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        session.outgoing[gid] = Outgoing(None, None, method, future=future)
+        if on_id is not None:
+            on_id(gid)
+        if not session.standalone.push({"jsonrpc": "2.0", "id": gid, "method": method, "params": params}):
+            session.outgoing.pop(gid, None)
+            raise jsonrpc.RpcError(jsonrpc.INTERNAL_ERROR, "the host's stream is gone")
+        wait = timeout or self.config.host_request_timeout_s
+        try:
+            async with asyncio.timeout(wait):
+                answer = await future
+        except TimeoutError:
+            session.outgoing.pop(gid, None)
+            session.standalone.push(
+                jsonrpc.notification("notifications/cancelled", {"requestId": gid, "reason": "timed out"})
+            )
+            raise jsonrpc.RpcError(
+                jsonrpc.BACKEND_TIMEOUT, f"the host did not answer {method} within {wait:g}s"
+            ) from None
+        finally:
+            session.outgoing.pop(gid, None)
+        if "error" in answer:
+            raise jsonrpc.RpcError.from_error(answer["error"] if isinstance(answer["error"], dict) else {})
+        return answer.get("result")
+
+    def audit(
+        self,
+        outcome: str,
+        session: ClientSession | None,
+        backend: str | None,
+        method: str,
+        feature_set: str | None = None,
+        **fields: Any,
+    ) -> None:
+        """One audit record (and one counted decision) per MCPL decision."""
+        self._gw.metrics.mcpl_decisions.labels(method, outcome).inc()
+        self._gw.audit.record(
+            outcome,
+            dialect="mcpl",
+            action=f"mcpl/{method}",
+            method=method,
+            principal=session.principal.name if session is not None else None,
+            session=session.id[:8] if session is not None else None,
+            backend=backend,
+            feature_set=feature_set,
+            **fields,
+        )
