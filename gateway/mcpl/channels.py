@@ -157,7 +157,9 @@ class ChannelRouter:
             else:
                 forward.append((n, {**message, "channelId": exposed(session.view, conn.name, message["channelId"])}))
         if forward and session is not None:
-            answer = await relay.ask_host(session, "channels/incoming", {**params, "messages": [m for _, m in forward]})
+            answer = await relay.ask_host(
+                session, "channels/incoming", {**params, "messages": [m for _, m in forward]}, conn=conn, owner=owner
+            )
             by_id = {}
             for item in (answer or {}).get("results", []) if isinstance(answer, dict) else []:
                 if isinstance(item, dict):

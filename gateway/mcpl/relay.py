@@ -489,7 +489,10 @@ class McplRelay:
             return {"accepted": False, "reason": "duplicate"}
         hosts = [s for s in eligible if s.mcpl is not None and s.mcpl.supports("pushEvents")]
         answers = await asyncio.gather(
-            *(self.ask_host(s, "push/event", {**params, "featureSet": exposed(s.view, conn.name, fs)}) for s in hosts),
+            *(
+                self.ask_host(s, "push/event", {**params, "featureSet": exposed(s.view, conn.name, fs)}, conn=conn)
+                for s in hosts
+            ),
             return_exceptions=True,
         )
         accepted = [a for a in answers if isinstance(a, dict) and a.get("accepted") is True]
@@ -539,7 +542,7 @@ class McplRelay:
             self._chunk_routes[(session.id, gid)] = (conn, upstream_id)
 
         try:
-            result = await self.ask_host(session, "inference/request", forward, on_id=route)
+            result = await self.ask_host(session, "inference/request", forward, on_id=route, conn=conn, owner=owner)
         finally:
             for key in [k for k, v in self._chunk_routes.items() if k[0] == session.id and v == (conn, upstream_id)]:
                 del self._chunk_routes[key]
@@ -571,7 +574,7 @@ class McplRelay:
         session = self.pick(hosts, owner)
         if session is not None:
             try:
-                return await self.ask_host(session, "model/info", {})
+                return await self.ask_host(session, "model/info", {}, conn=conn, owner=owner)
             except jsonrpc.RpcError:
                 if self.last_model is None:
                     raise
@@ -610,7 +613,11 @@ class McplRelay:
                 return {"approved": True, **({"payload": payload} if payload is not None else {})}
             return {"approved": False, "reason": verdict.reason}
         answer = await self.ask_host(
-            session, "scope/elevate", {**params, "featureSet": exposed(session.view, conn.name, fs)}
+            session,
+            "scope/elevate",
+            {**params, "featureSet": exposed(session.view, conn.name, fs)},
+            conn=conn,
+            owner=owner,
         )
         approved = isinstance(answer, dict) and answer.get("approved") is True
         if approved:
@@ -644,14 +651,22 @@ class McplRelay:
         params: dict[str, Any],
         timeout: float | None = None,
         on_id: Callable[[str], None] | None = None,
+        conn: BackendConnection | None = None,
+        owner: Any = None,
     ) -> Any:
-        """Send one request to a host session and return its result (RpcError for an error answer)."""
+        """Send one request to a host session and return its result (RpcError for an error answer).
+
+        It travels on the stream of the host's call the backend is serving when there is one (an
+        HTTP host may have no standalone stream open), else on the session's own stream.
+        """
         gid = session.next_outgoing_id()
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         session.outgoing[gid] = Outgoing(None, None, method, future=future)
         if on_id is not None:
             on_id(gid)
-        if not session.standalone.push({"jsonrpc": "2.0", "id": gid, "method": method, "params": params}):
+        message = {"jsonrpc": "2.0", "id": gid, "method": method, "params": params}
+        channel = self._channel_for(session, conn, owner)
+        if not (channel.push(message) or session.standalone.push(message)):
             session.outgoing.pop(gid, None)
             raise jsonrpc.RpcError(jsonrpc.INTERNAL_ERROR, "the host's stream is gone")
         wait = timeout or self.config.host_request_timeout_s
@@ -671,6 +686,17 @@ class McplRelay:
         if "error" in answer:
             raise jsonrpc.RpcError.from_error(answer["error"] if isinstance(answer["error"], dict) else {})
         return answer.get("result")
+
+    @staticmethod
+    def _channel_for(session: ClientSession, conn: BackendConnection | None, owner: Any) -> Channel:
+        if getattr(owner, "session", None) is session:
+            return owner.channel  # type: ignore[no-any-return]
+        if conn is not None:
+            # Carriers without relation (stdio, WebSocket): the newest call of this session in flight there.
+            for other in reversed(conn.owners_inflight()):
+                if getattr(other, "session", None) is session:
+                    return other.channel  # type: ignore[no-any-return]
+        return session.standalone
 
     def audit(
         self,

@@ -675,3 +675,64 @@ def test_push_dedup_is_shared_by_replicas_through_redis(redis_url: str) -> None:
 
     with run_gateway(config) as one, run_gateway(config) as two:
         asyncio.run(run(one, two))
+
+
+# ================================================================= an MCPL host over Streamable HTTP
+
+
+async def test_http_host_is_asked_on_the_stream_of_its_own_call(gateway: RunningGateway) -> None:
+    """A host on Streamable HTTP with no GET stream open: the backend's scope/elevate, made while
+    the host's tool call runs, arrives on that call's SSE stream, and the answer goes back by POST."""
+    import httpx
+
+    from gateway.sse import iter_sse
+
+    headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"experimental": {"mcpl": {"version": "0.4", "featureSets": True}}},
+            "clientInfo": {"name": "http-host", "version": "1"},
+        },
+    }
+    url = gateway.server("files")
+    async with httpx.AsyncClient(timeout=15) as http:
+        opened = await http.post(url, json=init, headers=headers)
+        assert opened.json()["result"]["capabilities"]["experimental"]["mcpl"]["featureSets"]["files.edit"]
+        headers["mcp-session-id"] = opened.headers["mcp-session-id"]
+        await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+        update = {"jsonrpc": "2.0", "method": "featureSets/update", "params": {"enabled": ["files.edit"]}}
+        assert (await http.post(url, json=update, headers=headers)).status_code == 202
+        scope = {"label": "/http/only", "payload": {"path": "/http/only"}}
+        call = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {
+                "name": "ask",
+                "arguments": {"method": "scope/elevate", "params": {"featureSet": "files.edit", "scope": scope}},
+            },
+        }
+        async with http.stream("POST", url, json=call, headers=headers) as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            async for event in iter_sse(stream.aiter_bytes()):
+                if not event.data:
+                    continue  # the priming event (resumability)
+                message = json.loads(event.data)
+                if message.get("method") == "scope/elevate":
+                    assert message["params"]["scope"]["label"] == "/http/only"
+                    answer = {
+                        "jsonrpc": "2.0",
+                        "id": message["id"],
+                        "result": {"approved": True, "payload": scope["payload"]},
+                    }
+                    assert (await http.post(url, json=answer, headers=headers)).status_code == 202
+                elif message.get("id") == 1:
+                    result = json.loads(message["result"]["content"][0]["text"])
+                    assert result == {"result": {"approved": True, "payload": {"path": "/http/only"}}}
+                    break
+            else:
+                raise AssertionError("the call's stream ended without its result")
