@@ -335,6 +335,10 @@ class Config(_Model):
                     "backend name {name} contains the federation separator {separator}",
                     {"name": repr(name), "separator": repr(self.federation.separator), "backend": name},
                 )
+        for where, names in (("mcpl.hook_order", self.mcpl.hook_order), ("mcpl.routing", list(self.mcpl.routing))):
+            unknown = [n for n in names if n not in self.backends]
+            if unknown:
+                raise ValueError(f"{where}: no backend named {', '.join(unknown)}")
         for topic, spec in self.mcpx.topics.items():
             unknown = [n for n in spec.participants if n not in self.backends]
             if unknown:

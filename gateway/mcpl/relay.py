@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _MAX_CONVERSATIONS = 4096  # conversationId -> session pins kept (oldest forgotten first)
+MAX_SERVING_PER_BACKEND = 256  # MCPL requests of one backend being answered at once
+MAX_HOST_SCOPES = 1024  # scope entries (by feature-set name) one host session may configure
 NOT_NEGOTIATED = "MCPL was not negotiated on this session (initialize without capabilities.experimental.mcpl)"
 
 
@@ -47,6 +49,7 @@ class McplRelay:
         self.backends: dict[str, BackendMcpl] = {}
         self._sent: dict[str, dict[str, Any]] = {}
         self.in_hook: Counter[str] = Counter()
+        self._serving: Counter[str] = Counter()
         self._conversations: OrderedDict[str, str] = OrderedDict()
         self._chunk_routes: dict[tuple[str, str], tuple[BackendConnection, Any]] = {}
         self.last_model: dict[str, Any] | None = None
@@ -97,7 +100,8 @@ class McplRelay:
         return ScopeRules(tuple(white), tuple(black))
 
     def host_scopes(self, session: ClientSession, backend: str, feature_set: str) -> ScopeRules:
-        assert session.mcpl is not None
+        if session.mcpl is None:
+            return ScopeRules()  # a plain MCP client has no host patterns; the operator's still apply
         return session.mcpl.scopes.get(exposed(session.view, backend, feature_set), ScopeRules())
 
     def effective(self, session: ClientSession, backend: str) -> frozenset[str]:
@@ -298,7 +302,7 @@ class McplRelay:
         enabled, disabled, scopes = mcpl.update_params(params)
         session.mcpl.selection.apply(enabled, disabled)
         for name, rules in scopes.items():
-            if isinstance(name, str):
+            if isinstance(name, str) and (name in session.mcpl.scopes or len(session.mcpl.scopes) < MAX_HOST_SCOPES):
                 session.mcpl.scopes[name] = ScopeRules.from_wire(rules)
         self.audit("configured", session, None, "featureSets/update", enabled=enabled, disabled=disabled)
         self.sync_view(session.view)
@@ -353,7 +357,7 @@ class McplRelay:
         set of the backend that governs tools: a label any of them blacklists is refused.
         """
         scope = params.get("scope")
-        if scope is None or session.mcpl is None or not self.is_mcpl(backend):
+        if scope is None or not self.is_mcpl(backend):
             return None
         label = scope.get("label") if isinstance(scope, dict) else None
         if not isinstance(label, str):
@@ -391,7 +395,7 @@ class McplRelay:
                     {"featureSet": exposed(session.view, backend, fs), "scope": label},
                     outcome="denied",
                 )
-        if candidates and not any(fs in enabled for fs in candidates):
+        if session.mcpl is not None and candidates and not any(fs in enabled for fs in candidates):
             fs = candidates[0]
             self.audit("denied", session, backend, "tools/call", feature_set=fs, scope=label, reason="not enabled")
             return Decision(
@@ -411,6 +415,13 @@ class McplRelay:
         method = message.get("method")
         if method not in mcpl.SERVER_REQUESTS:
             return False
+        if self._serving[conn.name] >= MAX_SERVING_PER_BACKEND:
+            # Each of these may wait on a host for a while: a flooding backend is refused, not queued.
+            reason = f"too many MCPL requests from this backend in flight (limit {MAX_SERVING_PER_BACKEND})"
+            self.audit("refused", None, conn.name, str(method), reason=reason)
+            conn.spawn(conn.send(jsonrpc.error(message.get("id"), jsonrpc.SESSION_OVERLOADED, reason)))
+            return True
+        self._serving[conn.name] += 1
         conn.spawn(self._answer(conn, message, owner))
         return True
 
@@ -431,6 +442,12 @@ class McplRelay:
 
     async def _answer(self, conn: BackendConnection, message: dict[str, Any], owner: Any) -> None:
         """Every request a backend sends is answered: with the result, or with an error."""
+        try:
+            await self._answer_one(conn, message, owner)
+        finally:
+            self._serving[conn.name] -= 1
+
+    async def _answer_one(self, conn: BackendConnection, message: dict[str, Any], owner: Any) -> None:
         method = message["method"]
         params = message.get("params") if isinstance(message.get("params"), dict) else {}
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 import tempfile
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from mcp.client import Client
 
 from tests.e2e.mcpl_host import McplHost
@@ -350,6 +352,15 @@ async def test_plain_client_cannot_use_mcpl_methods(gateway: RunningGateway) -> 
     async with McplHost.connect(ws_url(gateway), mcpl=None) as plain:
         response = await plain.request("context/beforeInference", {"inferenceId": "x"})
         assert response["error"]["code"] == -32601
+        # A scoped call from a plain client still meets the operator's blacklist.
+        denied = await plain.request(
+            "tools/call", {"name": "files__edit_file", "arguments": {"path": "/etc/x"}, "scope": {"label": "/etc/x"}}
+        )
+        assert denied["error"]["code"] == -32093
+        allowed = await plain.request(
+            "tools/call", {"name": "files__edit_file", "arguments": {"path": "/p/x"}, "scope": {"label": "/p/x"}}
+        )
+        assert "result" in allowed
 
 
 # ---- scopes ------------------------------------------------------------------------------------
@@ -656,6 +667,27 @@ def test_operator_deny_beats_host_enable_per_principal() -> None:
 
     with run_gateway(config) as gw:
         asyncio.run(run(gw))
+
+
+async def test_operator_change_reaches_the_backend_at_once() -> None:
+    config = {"backends": {"mem": mcpl_backend("memory")}}
+    with run_gateway(config) as gw:
+        async with McplHost.connect(ws_url(gw)) as host:
+            update = await enable(host, "stats", ["memory.*"])
+            assert "memory.proactive" in update["enabled"]
+            changed = yaml.safe_load(gw.config_path.read_text())
+            changed["mcpl"] = {"feature_sets": {"deny": ["mem.memory.proactive"]}}
+            gw.config_path.write_text(yaml.safe_dump(changed))
+            gw.proc.send_signal(signal.SIGHUP)
+
+            async def told() -> Any:
+                last = (await stats(host, "stats"))["featureSetUpdates"][-1]
+                return last if "memory.proactive" in last["disabled"] else None
+
+            last = await eventually(told)
+            assert "memory.retrieval" in last["enabled"], "only what the operator took away is gone"
+            refused = await host.call_tool("push", {"eventId": "after-reload", "text": "x"})
+            assert refused["error"]["data"] == {"featureSet": "memory.proactive", "canEnable": False}
 
 
 # ================================================================= de-duplication across replicas

@@ -524,3 +524,22 @@ def test_check_warns_about_fields_the_transport_ignores(tmp_path: Path, capsys: 
     assert "backends.a.url is ignored for transport 'stdio'" in err
     assert "backends.b.args is ignored for transport 'http'" in err
     assert "backends.c" not in err
+
+
+def test_mcpl_section_names_real_backends() -> None:
+    from gateway.config import Config
+
+    good = Config.model_validate(
+        {
+            "backends": {"mem": {"transport": "builtin"}},
+            "mcpl": {"hook_order": ["mem"], "routing": {"mem": {"memory.*": {"model": "small"}}}},
+            "principals": {"alice": {"mcpl": {"feature_sets": {"deny": ["memory.proactive"]}}}},
+        }
+    )
+    assert good.mcpl.feature_sets.allow == ["*"], "by default a host may enable anything"
+    assert good.principals["alice"].mcpl.feature_sets is not None
+    assert good.principals["alice"].mcpl.feature_sets.allow == ["*"]
+    with pytest.raises(ValueError, match="mcpl.hook_order: no backend named ghost"):
+        Config.model_validate({"backends": {"mem": {"transport": "builtin"}}, "mcpl": {"hook_order": ["ghost"]}})
+    with pytest.raises(ValueError, match="mcpl.after_inference_failure"):
+        Config.model_validate({"mcpl": {"after_inference_failure": "maybe"}})
