@@ -786,31 +786,8 @@ class Router:
                 jsonrpc.INVALID_REQUEST,
                 f"the backend needs {method} from the client, which did not declare the {needed!r} capability",
             )
-        gid = session.next_outgoing_id()
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        session.outgoing[gid] = Outgoing(None, None, method, future=future)
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": gid, "method": method}
-        if isinstance(request.get("params"), dict):
-            message["params"] = request["params"]
-        if not (channel.push(message) or session.standalone.push(message)):
-            session.outgoing.pop(gid, None)
-            raise jsonrpc.RpcError(jsonrpc.INTERNAL_ERROR, "the client's stream is gone")
-        try:
-            async with asyncio.timeout(self._limits.client_request_timeout_s):
-                answer = await future
-        except TimeoutError:
-            session.outgoing.pop(gid, None)
-            session.standalone.push(
-                jsonrpc.notification("notifications/cancelled", {"requestId": gid, "reason": "timed out"})
-            )
-            raise jsonrpc.RpcError(
-                jsonrpc.BACKEND_TIMEOUT,
-                f"the client did not answer {method} within {self._limits.client_request_timeout_s:g}s",
-            ) from None
-        if "error" in answer:
-            error = answer["error"] if isinstance(answer["error"], dict) else {}
-            raise jsonrpc.RpcError.from_error(error)
-        return answer.get("result")
+        params = request.get("params") if isinstance(request.get("params"), dict) else None
+        return await session.ask(channel, method, params, self._limits.client_request_timeout_s)
 
     # ---- client notifications and responses --------------------------------------------------
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gateway import jsonrpc
 from gateway.channels import Channel
 from gateway.config import Limits
 from gateway.events import Dialect
@@ -127,6 +128,44 @@ class ClientSession:
 
     def next_outgoing_id(self) -> str:
         return f"sb-{self._short}-{next(self._out_ids)}"
+
+    async def ask(
+        self,
+        channel: Channel,
+        method: str,
+        params: dict[str, Any] | None,
+        timeout: float,
+        on_id: Callable[[str], None] | None = None,
+    ) -> Any:
+        """Send this client a request the gateway makes (on ``channel``, else the session's own
+        stream) and return its result; an error answer raises it, no answer within ``timeout``
+        cancels the request at the client and raises -32091."""
+        gid = self.next_outgoing_id()
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.outgoing[gid] = Outgoing(None, None, method, future=future)
+        if on_id is not None:
+            on_id(gid)
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": gid, "method": method}
+        if params is not None:
+            message["params"] = params
+        try:
+            if not (channel.push(message) or self.standalone.push(message)):
+                raise jsonrpc.RpcError(jsonrpc.INTERNAL_ERROR, "the client's stream is gone")
+            try:
+                async with asyncio.timeout(timeout):
+                    answer = await future
+            except TimeoutError:
+                self.standalone.push(
+                    jsonrpc.notification("notifications/cancelled", {"requestId": gid, "reason": "timed out"})
+                )
+                raise jsonrpc.RpcError(
+                    jsonrpc.BACKEND_TIMEOUT, f"the client did not answer {method} within {timeout:g}s"
+                ) from None
+        finally:
+            self.outgoing.pop(gid, None)
+        if "error" in answer:
+            raise jsonrpc.RpcError.from_error(answer["error"] if isinstance(answer["error"], dict) else {})
+        return answer.get("result")
 
     def wants_log(self, level: Any) -> bool:
         if self.log_level is None:

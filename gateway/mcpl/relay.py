@@ -22,7 +22,7 @@ from gateway.channels import Channel
 from gateway.events import Event
 from gateway.federation import View
 from gateway.mcpl.state import BackendMcpl, McplSession, exposed, resolve
-from gateway.sessions import ClientSession, Outgoing
+from gateway.sessions import ClientSession
 from policies.chain import Decision
 from policies.feature_sets import OperatorRules, check_server_tag
 from policies.globs import compile_glob
@@ -676,33 +676,8 @@ class McplRelay:
         It travels on the stream of the host's call the backend is serving when there is one (an
         HTTP host may have no standalone stream open), else on the session's own stream.
         """
-        gid = session.next_outgoing_id()
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        session.outgoing[gid] = Outgoing(None, None, method, future=future)
-        if on_id is not None:
-            on_id(gid)
-        message = {"jsonrpc": "2.0", "id": gid, "method": method, "params": params}
         channel = self._channel_for(session, conn, owner)
-        if not (channel.push(message) or session.standalone.push(message)):
-            session.outgoing.pop(gid, None)
-            raise jsonrpc.RpcError(jsonrpc.INTERNAL_ERROR, "the host's stream is gone")
-        wait = timeout or self.config.host_request_timeout_s
-        try:
-            async with asyncio.timeout(wait):
-                answer = await future
-        except TimeoutError:
-            session.outgoing.pop(gid, None)
-            session.standalone.push(
-                jsonrpc.notification("notifications/cancelled", {"requestId": gid, "reason": "timed out"})
-            )
-            raise jsonrpc.RpcError(
-                jsonrpc.BACKEND_TIMEOUT, f"the host did not answer {method} within {wait:g}s"
-            ) from None
-        finally:
-            session.outgoing.pop(gid, None)
-        if "error" in answer:
-            raise jsonrpc.RpcError.from_error(answer["error"] if isinstance(answer["error"], dict) else {})
-        return answer.get("result")
+        return await session.ask(channel, method, params, timeout or self.config.host_request_timeout_s, on_id)
 
     @staticmethod
     def _channel_for(session: ClientSession, conn: BackendConnection | None, owner: Any) -> Channel:

@@ -539,7 +539,7 @@ def test_mcpl_section_names_real_backends() -> None:
     assert good.mcpl.feature_sets.allow == ["*"], "by default a host may enable anything"
     assert good.principals["alice"].mcpl.feature_sets is not None
     assert good.principals["alice"].mcpl.feature_sets.allow == ["*"]
-    with pytest.raises(ValueError, match="mcpl.hook_order: no backend named ghost"):
+    with pytest.raises(ValueError, match=r"mcpl\.hook_order: no backend named ghost"):
         Config.model_validate({"backends": {"mem": {"transport": "builtin"}}, "mcpl": {"hook_order": ["ghost"]}})
-    with pytest.raises(ValueError, match="mcpl.after_inference_failure"):
+    with pytest.raises(ValueError, match=r"mcpl\.after_inference_failure"):
         Config.model_validate({"mcpl": {"after_inference_failure": "maybe"}})
