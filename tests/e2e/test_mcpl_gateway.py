@@ -768,3 +768,113 @@ async def test_http_host_is_asked_on_the_stream_of_its_own_call(gateway: Running
                     break
             else:
                 raise AssertionError("the call's stream ended without its result")
+
+
+# ================================================================= changes, restarts, departures
+
+
+async def test_feature_sets_changed_reaches_hosts_and_wildcards_cover_new_sets(gateway: RunningGateway) -> None:
+    async with McplHost.connect(ws_url(gateway)) as host:
+        await enable(host, "mem2__stats", ["mem2.memory.*"])
+        added = {"memory.semantic": {"description": "Semantic search (index now ready)", "uses": ["pushEvents"]}}
+        await host.call_tool("mem2__notify", {"method": "featureSets/changed", "params": {"added": added}})
+        changed = await host.wait_notification("featureSets/changed")
+        assert changed["params"] == {"added": {"mem2.memory.semantic": added["memory.semantic"]}}
+
+        async def told() -> Any:
+            last = (await stats(host, "mem2__stats"))["featureSetUpdates"][-1]
+            return last if "memory.semantic" in last["enabled"] else None
+
+        assert await eventually(told), "memory.* already covered the new set; the backend is told at once"
+        pushed = await host.call_tool("mem2__push", {"eventId": "sem-1", "text": "x", "featureSet": "memory.semantic"})
+        assert pushed["result"]["accepted"] is True
+        await host.call_tool(
+            "mem2__notify", {"method": "featureSets/changed", "params": {"removed": ["memory.semantic"]}}
+        )
+        gone = await host.wait_notification("featureSets/changed")
+        assert gone["params"] == {"removed": ["mem2.memory.semantic"]}
+        refused = await host.call_tool("mem2__push", {"eventId": "sem-2", "text": "x", "featureSet": "memory.semantic"})
+        assert refused["error"]["code"] == -32003
+
+
+async def test_push_reaches_every_host_that_enabled_it(gateway: RunningGateway) -> None:
+    async with McplHost.connect(ws_url(gateway)) as one, McplHost.connect(ws_url(gateway)) as two:
+        await enable(one, "mem2__stats", ["mem2.memory.proactive"])
+        # (extraction too: an update that changes nothing in the union is not re-sent to the backend)
+        await enable(two, "mem2__stats", ["mem2.memory.proactive", "mem2.memory.extraction"])
+        answer = await one.call_tool("mem2__push", {"eventId": "both-1", "text": "x"})
+        assert answer["result"]["accepted"] is True
+        assert (await one.wait_request("push/event"))["params"]["eventId"] == "both-1"
+        assert (await two.wait_request("push/event"))["params"]["eventId"] == "both-1"
+
+
+async def test_a_host_that_leaves_mid_request_does_not_leave_the_backend_waiting(gateway: RunningGateway) -> None:
+    async with McplHost.connect(ws_url(gateway)) as watcher:
+        host = await McplHost.connect(ws_url(gateway))
+        await enable(host, "mem2__stats", ["mem2.memory.proactive"])
+
+        async def never(message: dict[str, Any]) -> dict[str, Any]:
+            await asyncio.sleep(3600)
+            return {}
+
+        host.handlers["push/event"] = never
+        pending = asyncio.create_task(watcher.call_tool("mem2__push", {"eventId": "gone-1", "text": "x"}))
+        await host.wait_request("push/event")
+        started = asyncio.get_running_loop().time()
+        await host.close()
+        answer = await asyncio.wait_for(pending, 10)
+        assert answer == {"result": {"accepted": False, "reason": "client session ended"}}
+        assert asyncio.get_running_loop().time() - started < 5
+
+
+def test_a_restarted_backend_is_given_the_current_configuration_and_its_channels_reset() -> None:
+    config = {
+        "backends": {
+            "mem": mcpl_backend("memory", restart={"initial_backoff_s": 0.1}),
+            "chan": mcpl_backend("channels", restart={"initial_backoff_s": 0.1}),
+        }
+    }
+
+    async def run(gw: RunningGateway) -> None:
+        async with McplHost.connect(ws_url(gw)) as host:
+            await enable(host, "mem__stats", ["mem.memory.retrieval"])
+            await host.call_tool("mem__exit")
+            await host.call_tool("chan__exit")
+
+            async def reconfigured() -> Any:
+                response = await host.request("tools/call", {"name": "mem__stats", "arguments": {}})
+                if "error" in response:
+                    return None
+                updates = json.loads(response["result"]["content"][0]["text"])["featureSetUpdates"]
+                return updates if len(updates) == 1 else None  # the old process had two by now
+
+            updates = await eventually(reconfigured, timeout=20)
+            assert updates[0]["enabled"] == ["memory.retrieval"], "the first update after restart is the current one"
+            removed = await host.wait_notification("channels/changed", lambda m: "removed" in m["params"], timeout=20)
+            assert set(removed["params"]["removed"]) == {"chan.discord:#general", "chan.discord:#random"}
+            again = await host.wait_notification("channels/changed", lambda m: "added" in m["params"], timeout=20)
+            assert {c["id"] for c in again["params"]["added"]} == {"chan.discord:#general", "chan.discord:#random"}
+
+    with run_gateway(config) as gw:
+        asyncio.run(run(gw))
+
+
+def test_an_mcpl_05_backend_gets_feature_set_updates_as_requests() -> None:
+    config = {"backends": {"mem": mcpl_backend("memory", "--mcpl-version", "0.5")}}
+
+    async def run(gw: RunningGateway) -> None:
+        async with McplHost.connect(ws_url(gw)) as host:
+            update = await enable(host, "stats", ["memory.retrieval"])
+            assert update["asRequest"] is True and update["enabled"] == ["memory.retrieval"]
+
+    with run_gateway(config) as gw:
+        asyncio.run(run(gw))
+
+
+async def test_mcpl_metrics_are_exported(gateway: RunningGateway) -> None:
+    import httpx
+
+    async with httpx.AsyncClient(timeout=10) as http:
+        text = (await http.get(f"{gateway.url}/metrics")).text
+    assert 'switchboard_mcpl_push_events_total{outcome="accepted"}' in text
+    assert "switchboard_mcpl_decisions_total" in text and "switchboard_mcpl_hook_seconds" in text

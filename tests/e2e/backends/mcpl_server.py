@@ -23,6 +23,7 @@ import contextlib
 import copy
 import json
 import logging
+import os
 import re
 import sys
 import uuid
@@ -65,6 +66,7 @@ class Options:
     infer_in_hook: bool = False
     redact: list[str] = field(default_factory=list)
     ask_timeout: float = 10.0
+    mcpl_version: str | None = None
 
 
 @dataclass
@@ -114,6 +116,7 @@ COMMON_TOOLS = [
         {"featureSet": STRING, "stream": {"type": "boolean"}, "conversationId": STRING},
     ),
     tool("notify", "Send any notification to the host", {"method": STRING, "params": OBJECT}, ["method"]),
+    tool("exit", "Exit the process at once (a crash, for restart tests)"),
 ]
 
 ROLE_TOOLS: dict[str, list[JsonObj]] = {
@@ -367,7 +370,7 @@ class McplServer:
             self.record["toolCalls"].append(params)
             return await self._call_tool(params)
         if method == "featureSets/update":  # a request in MCPL 0.5
-            self.record["featureSetUpdates"].append(params)
+            self.record["featureSetUpdates"].append({**params, "asRequest": True})
             return {}
         if method == "context/beforeInference":
             self.record["hooks"].append(params)
@@ -399,6 +402,8 @@ class McplServer:
         ours: JsonObj = {"tools": {}}
         if self.mcpl:
             ours["experimental"] = {"mcpl": copy.deepcopy(ROLE_CAPABILITIES[self.role])}
+            if self.options.mcpl_version:
+                ours["experimental"]["mcpl"]["version"] = self.options.mcpl_version
         return {
             "protocolVersion": params.get("protocolVersion") or "2025-11-25",
             "capabilities": ours,
@@ -430,6 +435,9 @@ class McplServer:
             return text_content(await self.ask_host("push/event", event))
         if name == "infer":
             return text_content(await self._infer(args))
+        if name == "exit":
+            asyncio.get_running_loop().call_later(0.05, os._exit, 3)
+            return text_content("bye")
         if name == "remember" and self.role == "memory":
             memory_id = f"mem_{len(self.memories) + 1}"
             self.memories.append((memory_id, str(args.get("text", ""))))
@@ -806,6 +814,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[Options, int | None]:
     parser.add_argument("--infer-in-hook", action="store_true", help="send inference/request inside beforeInference")
     parser.add_argument("--redact", action="append", default=[], metavar="WORD", help="compliance: redact WORD too")
     parser.add_argument("--ask-timeout", type=float, default=10.0, metavar="SECONDS")
+    parser.add_argument(
+        "--mcpl-version", help="MCPL version to declare (0.5: updates come as requests)"
+    )
     ns = parser.parse_args(argv)
     options = Options(
         role=ns.role,
@@ -815,6 +826,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Options, int | None]:
         infer_in_hook=ns.infer_in_hook,
         redact=ns.redact,
         ask_timeout=ns.ask_timeout,
+        mcpl_version=ns.mcpl_version,
     )
     return options, ns.http
 
