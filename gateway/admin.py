@@ -40,6 +40,7 @@ class AdminApi:
             Route("/admin/principals/{name}", self.delete_principal, methods=["DELETE"]),
             Route("/admin/principals/{name}/capabilities", self.change_capabilities, methods=["POST"]),
             Route("/admin/pins", self.list_pins, methods=["GET"]),
+            Route("/admin/mcpl", self.mcpl_state, methods=["GET"]),
             Route("/admin/pins/{backend}/{tool}/approve", self.approve_pin, methods=["POST"]),
         ]
 
@@ -83,6 +84,8 @@ class AdminApi:
             config = registry.get(name)
             assert config is not None
             principals[name] = {"capabilities": config.capabilities, "tokens": len(config.tokens)}
+            if config.mcpl.feature_sets is not None or config.mcpl.scopes is not None:
+                principals[name]["mcpl"] = config.mcpl.model_dump(exclude_none=True)
         sessions: dict[str, int] = {}
         for session in self._gw.sessions:
             sessions[session.principal.name] = sessions.get(session.principal.name, 0) + 1
@@ -142,6 +145,12 @@ class AdminApi:
         self._gw.principals_changed()
         self._gw.audit.record("principal_removed", principal=name)
         return Response(status_code=204)
+
+    async def mcpl_state(self, request: Request) -> Response:
+        """MCPL at a glance: what each backend declared and was last told, what each host has enabled."""
+        if (refused := self._authorized(request)) is not None:
+            return refused
+        return JSONResponse(self._gw.mcpl.snapshot())
 
     async def list_pins(self, request: Request) -> Response:
         if (refused := self._authorized(request)) is not None:

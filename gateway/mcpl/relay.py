@@ -81,14 +81,14 @@ class McplRelay:
     def operator_rules(self, principal: str) -> OperatorRules:
         rules = self._operator_cache.get(principal)
         if rules is None:
-            own = self._gw.config.principals.get(principal)
+            own = self._gw.principals.get(principal)  # the live registry: reloads and the admin API
             chosen = own.mcpl.feature_sets if own is not None and own.mcpl.feature_sets is not None else None
             chosen = chosen or self.config.feature_sets
             rules = self._operator_cache[principal] = OperatorRules(chosen.allow, chosen.deny)
         return rules
 
     def operator_scopes(self, principal: str, backend: str, feature_set: str) -> ScopeRules:
-        own = self._gw.config.principals.get(principal)
+        own = self._gw.principals.get(principal)
         table = own.mcpl.scopes if own is not None and own.mcpl.scopes is not None else self.config.scopes
         white: list[str] = []
         black: list[str] = []
@@ -306,6 +306,33 @@ class McplRelay:
                 session.mcpl.scopes[name] = ScopeRules.from_wire(rules)
         self.audit("configured", session, None, "featureSets/update", enabled=enabled, disabled=disabled)
         self.sync_view(session.view)
+
+    def snapshot(self) -> dict[str, Any]:
+        """What the admin API shows: each MCPL backend's declaration and what it was last told, and
+        each MCPL host session's effective feature sets."""
+        backends = {
+            name: {
+                "version": found.version,
+                "featureSets": sorted(found.feature_sets),
+                "channels": list(found.channels),
+                "told": self._sent.get(name),
+                "inHook": self.in_hook.get(name, 0),
+            }
+            for name, found in self.backends.items()
+            if found.caps
+        }
+        sessions = [
+            {
+                "session": s.id[:8],
+                "principal": s.principal.name,
+                "view": s.view.name,
+                "enabled": self.receipt(s)["enabled"],
+                "approvals": len(s.mcpl.approvals) if s.mcpl is not None else 0,
+            }
+            for s in self._gw.sessions
+            if not s.closed and s.mcpl is not None
+        ]
+        return {"backends": backends, "sessions": sessions}
 
     def receipt(self, session: ClientSession) -> dict[str, Any]:
         """What a 0.5 host's ``featureSets/update`` request is answered: the effective result."""

@@ -878,3 +878,37 @@ async def test_mcpl_metrics_are_exported(gateway: RunningGateway) -> None:
         text = (await http.get(f"{gateway.url}/metrics")).text
     assert 'switchboard_mcpl_push_events_total{outcome="accepted"}' in text
     assert "switchboard_mcpl_decisions_total" in text and "switchboard_mcpl_hook_seconds" in text
+
+
+def test_admin_api_changes_a_principals_feature_sets_live_and_shows_mcpl_state() -> None:
+    import httpx
+
+    admin = {"authorization": "Bearer admin-secret"}
+    config = {
+        "auth": {"admin_token": "admin-secret"},
+        "principals": {"alice": {"tokens": ["alice-token"], "capabilities": ["*"]}},
+        "backends": {"mem": mcpl_backend("memory")},
+    }
+
+    async def run(gw: RunningGateway) -> None:
+        async with McplHost.connect(ws_url(gw), token="alice-token") as alice, httpx.AsyncClient(timeout=10) as http:
+            update = await enable(alice, "stats", ["memory.*"])
+            assert "memory.proactive" in update["enabled"]
+            principal = {"capabilities": ["*"], "mcpl": {"feature_sets": {"deny": ["memory.proactive"]}}}
+            put = await http.put(f"{gw.url}/admin/principals/alice", json=principal, headers=admin)
+            assert put.status_code == 200
+
+            async def told() -> Any:
+                last = (await stats(alice, "stats"))["featureSetUpdates"][-1]
+                return last if "memory.proactive" in last["disabled"] else None
+
+            assert await eventually(told), "the operator's change reached the backend at once"
+            state = (await http.get(f"{gw.url}/admin/mcpl", headers=admin)).json()
+            assert "memory.proactive" in state["backends"]["mem"]["told"]["disabled"]
+            assert state["sessions"][0]["principal"] == "alice"
+            assert "memory.proactive" not in state["sessions"][0]["enabled"]
+            listed = (await http.get(f"{gw.url}/admin/principals", headers=admin)).json()
+            assert listed["principals"]["alice"]["mcpl"]["feature_sets"]["deny"] == ["memory.proactive"]
+
+    with run_gateway(config) as gw:
+        asyncio.run(run(gw))
