@@ -460,11 +460,13 @@ class Router:
             decision = await self._gw.chain.dispatch(event, session.principal, Target(backend, original, item))
             if not decision.allowed:
                 raise PolicyDenied(decision, backend)
-        if kind == "tools" and "scope" in event.params:
+        params = {**event.params, "name": original}
+        if kind == "tools" and ("scope" in params or "featureSet" in params):
             scoped = self._gw.mcpl.check_scoped_call(session, backend, event.params)  # MCPL §7.7
             if scoped is not None:
                 raise PolicyDenied(scoped, backend)
-        return await self._forward(session, event, backend, {**event.params, "name": original}, channel)
+            params = self._gw.mcpl.backend_params(session, backend, params)
+        return await self._forward(session, event, backend, params, channel)
 
     async def _uri_call(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
         backend, original = await self._resolve_uri(session.view, event.params.get("uri"))

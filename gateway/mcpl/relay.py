@@ -25,7 +25,7 @@ from gateway.mcpl.state import BackendMcpl, McplSession, exposed, resolve
 from gateway.sessions import ClientSession
 from policies.chain import Decision
 from policies.feature_sets import OperatorRules, check_server_tag
-from policies.globs import compile_glob
+from policies.globs import compile_glob, is_literal
 from policies.scopes import ScopeRules, evaluate, merge_for_backend, permits, to_wire
 
 if TYPE_CHECKING:
@@ -102,7 +102,18 @@ class McplRelay:
     def host_scopes(self, session: ClientSession, backend: str, feature_set: str) -> ScopeRules:
         if session.mcpl is None:
             return ScopeRules()  # a plain MCP client has no host patterns; the operator's still apply
-        return session.mcpl.scopes.get(exposed(session.view, backend, feature_set), ScopeRules())
+        name = exposed(session.view, backend, feature_set)
+        found = session.mcpl.scopes.get(name)
+        if found is not None:
+            return found
+        # Keys may also be feature-set patterns ("files.*"): their patterns add up.
+        white: list[str] = []
+        black: list[str] = []
+        for key, rules in session.mcpl.scopes.items():
+            if not is_literal(key) and compile_glob(key, None)(name):
+                white += rules.whitelist
+                black += rules.blacklist
+        return ScopeRules(tuple(white), tuple(black))
 
     def effective(self, session: ClientSession, backend: str) -> frozenset[str]:
         """The feature sets of ``backend`` enabled for ``session``: host enabled ∩ operator allows."""
@@ -376,6 +387,15 @@ class McplRelay:
             )
         response = await conn.request(method, params, timeout=timeout)
         return {k: v for k, v in response.items() if k != "id"}
+
+    def backend_params(self, session: ClientSession, backend: str, params: dict[str, Any]) -> dict[str, Any]:
+        """A host's call params with a ``featureSet`` it named in its own words put in the backend's."""
+        named = params.get("featureSet")
+        if isinstance(named, str):
+            for b, own in self.resolve_feature_set(session.view, named):
+                if b == backend:
+                    return {**params, "featureSet": own}
+        return params
 
     def check_scoped_call(self, session: ClientSession, backend: str, params: dict[str, Any]) -> Decision | None:
         """A host's ``tools/call`` carrying ``scope`` (MCPL §7.7), checked before it is forwarded.

@@ -912,3 +912,17 @@ def test_admin_api_changes_a_principals_feature_sets_live_and_shows_mcpl_state()
 
     with run_gateway(config) as gw:
         asyncio.run(run(gw))
+
+
+async def test_scoped_call_naming_its_feature_set_federated_with_pattern_keyed_scopes(gateway: RunningGateway) -> None:
+    async with McplHost.connect(ws_url(gateway)) as host:
+        await enable(host, "files__stats", ["files.files.*"], scopes={"files.files.*": {"blacklist": ["/tmp/**"]}})
+        call = {"name": "files__edit_file", "arguments": {"path": "/p/b"}, "scope": {"label": "/p/b"}}
+        ok = await host.request("tools/call", {**call, "featureSet": "files.files.edit"})
+        assert "result" in ok
+        sent = [c for c in (await stats(host, "files__stats"))["toolCalls"] if c["name"] == "edit_file"][-1]
+        assert sent["featureSet"] == "files.edit", "the backend hears its own feature-set name"
+        denied = await host.request("tools/call", {**call, "scope": {"label": "/tmp/x"}})
+        assert denied["error"]["code"] == -32093, "a scope key may be a feature-set pattern"
+        unknown = await host.request("tools/call", {**call, "featureSet": "files.nope"})
+        assert unknown["error"]["code"] == -32003
