@@ -10,7 +10,6 @@ audit stream. Every request a backend sends gets an answer, an error when no hos
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Callable
@@ -24,9 +23,9 @@ from gateway.federation import View
 from gateway.mcpl.state import BackendMcpl, McplSession, exposed, resolve
 from gateway.sessions import ClientSession
 from policies.chain import Decision
-from policies.feature_sets import OperatorRules, check_server_tag
+from policies.feature_sets import OperatorRules
 from policies.globs import compile_glob, is_literal
-from policies.scopes import ScopeRules, evaluate, merge_for_backend, permits, to_wire
+from policies.scopes import ScopeRules, merge_for_backend, permits, to_wire
 
 if TYPE_CHECKING:
     from gateway.core import Gateway
@@ -44,6 +43,7 @@ class McplRelay:
     def __init__(self, gateway: Gateway) -> None:
         from gateway.mcpl.channels import ChannelRouter
         from gateway.mcpl.hooks import HookFanout
+        from gateway.mcpl.server_requests import ServerRequests
 
         self._gw = gateway
         self.backends: dict[str, BackendMcpl] = {}
@@ -55,6 +55,7 @@ class McplRelay:
         self.last_model: dict[str, Any] | None = None
         self._operator_cache: dict[str, OperatorRules] = {}
         self.hooks = HookFanout(self)
+        self.requests = ServerRequests(self)
         self.channels = ChannelRouter(self)
 
     @property
@@ -499,13 +500,13 @@ class McplRelay:
         params = message.get("params") if isinstance(message.get("params"), dict) else {}
         try:
             if method == "push/event":
-                result = await self._push(conn, params)
+                result = await self.requests.push(conn, params)
             elif method == "inference/request":
-                result = await self._inference(conn, message.get("id"), params, owner)
+                result = await self.requests.inference(conn, message.get("id"), params, owner)
             elif method == "model/info":
-                result = await self._model_info(conn, owner)
+                result = await self.requests.model_info(conn, owner)
             elif method == "scope/elevate":
-                result = await self._elevate(conn, params, owner)
+                result = await self.requests.elevate(conn, params, owner)
             else:
                 result = await self.channels.server_request(conn, method, params, owner)
             reply = jsonrpc.result(message.get("id"), result)
@@ -516,187 +517,23 @@ class McplRelay:
             reply = jsonrpc.error(message.get("id"), jsonrpc.INTERNAL_ERROR, f"gateway error: {type(exc).__name__}")
         await conn.send(reply)
 
-    def check_tag(
-        self, conn: BackendConnection, method: str, params: dict[str, Any]
-    ) -> tuple[str, list[ClientSession]]:
-        """The feature-set check every server-initiated message passes; returns the tag and the
-        sessions that have it enabled, or raises the MCPL error (-32001 / -32003 / -32602)."""
-        fs = params.get("featureSet")
-        eligible = [
-            s for s in self.sessions_of(conn.name) if isinstance(fs, str) and fs in self.effective(s, conn.name)
-        ]
-        declared = self.backend(conn.name).feature_sets
-        can = self.can_enable(conn.name, fs) if isinstance(fs, str) and fs in declared else False
-        decision = check_server_tag(fs, declared, bool(eligible), can)
-        if not decision.allowed:
-            self.audit(
-                decision.outcome,
-                None,
-                conn.name,
-                method,
-                feature_set=fs if isinstance(fs, str) else None,
-                reason=decision.reason,
-            )
-            raise jsonrpc.RpcError(decision.code, decision.reason, decision.data)
-        return fs, eligible  # type: ignore[return-value]
+    def route_chunks(self, session: ClientSession, gid: str, conn: BackendConnection, upstream_id: Any) -> None:
+        """``inference/chunk`` from ``session`` for request ``gid`` goes to ``conn`` as ``upstream_id``."""
+        self._chunk_routes[(session.id, gid)] = (conn, upstream_id)
 
-    async def _push(self, conn: BackendConnection, params: dict[str, Any]) -> dict[str, Any]:
-        fs, eligible = self.check_tag(conn, "push/event", params)
-        event_id = params.get("eventId")
-        if not isinstance(event_id, str) or not event_id:
-            raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "push/event needs a non-empty string eventId (MCPL §9.2)")
-        metrics = self._gw.metrics
-        key = f"mcpl:push:{conn.name}:{event_id}"
-        if not await self._gw.bus.set(key, b"1", ttl_s=self.config.push_dedup_ttl_s, only_if_absent=True):
-            metrics.mcpl_push.labels("duplicate").inc()
-            self.audit("duplicate", None, conn.name, "push/event", feature_set=fs, event_id=event_id)
-            return {"accepted": False, "reason": "duplicate"}
-        hosts = [s for s in eligible if s.mcpl is not None and s.mcpl.supports("pushEvents")]
-        answers = await asyncio.gather(
-            *(
-                self.ask_host(s, "push/event", {**params, "featureSet": exposed(s.view, conn.name, fs)}, conn=conn)
-                for s in hosts
-            ),
-            return_exceptions=True,
-        )
-        accepted = [a for a in answers if isinstance(a, dict) and a.get("accepted") is True]
-        if accepted:
-            metrics.mcpl_push.labels("accepted").inc()
-            self.audit(
-                "delivered", None, conn.name, "push/event", feature_set=fs, event_id=event_id, hosts=len(accepted)
-            )
-            first = next((a for a in accepted if isinstance(a.get("inferenceId"), str)), accepted[0])
-            return {"accepted": True, **({"inferenceId": first["inferenceId"]} if "inferenceId" in first else {})}
-        # Nobody took it: forget the claim so that the server's retry with the same eventId is delivered.
-        await self._gw.bus.delete(key)
-        reasons = [a.get("reason") for a in answers if isinstance(a, dict) and isinstance(a.get("reason"), str)]
-        reasons += [e.message for e in answers if isinstance(e, jsonrpc.RpcError)]
-        reason = reasons[0] if reasons else "no host session accepts push events"
-        metrics.mcpl_push.labels("rejected").inc()
-        self.audit("rejected", None, conn.name, "push/event", feature_set=fs, event_id=event_id, reason=reason)
-        return {"accepted": False, "reason": reason}
+    def drop_chunk_routes(self, session: ClientSession, conn: BackendConnection, upstream_id: Any) -> None:
+        for key in [k for k, v in self._chunk_routes.items() if k[0] == session.id and v == (conn, upstream_id)]:
+            del self._chunk_routes[key]
 
-    async def _inference(
-        self, conn: BackendConnection, upstream_id: Any, params: dict[str, Any], owner: Any
-    ) -> dict[str, Any]:
-        if self.in_hook[conn.name]:
-            reason = (
-                "inference/request from inside a context hook is refused (MCPL §10.7: hooks must not trigger inference)"
-            )
-            self.audit("denied", None, conn.name, "inference/request", reason=reason)
-            raise jsonrpc.RpcError(jsonrpc.INVALID_REQUEST, reason)
-        fs, eligible = self.check_tag(conn, "inference/request", params)
-        hosts = [s for s in eligible if s.mcpl is not None and s.mcpl.supports("inferenceRequest")]
-        conversation = params.get("conversationId")
-        pinned = self._conversations.get(conversation) if isinstance(conversation, str) else None
-        session = next((s for s in hosts if s.id == pinned), None) or self.pick(hosts, owner)
-        if session is None:
-            reason = f"no host session with {fs} enabled can serve inference/request"
-            self.audit("unanswerable", None, conn.name, "inference/request", feature_set=fs, reason=reason)
-            raise jsonrpc.RpcError(jsonrpc.METHOD_NOT_FOUND, reason)
-        forward = {**params, "featureSet": exposed(session.view, conn.name, fs)}
-        hints = self._routing_hints(conn.name, fs)
-        if hints:
-            prefs = params.get("preferences") if isinstance(params.get("preferences"), dict) else {}
-            forward["preferences"] = {**prefs, **hints}
-        if isinstance(conversation, str):
-            self.pin_conversation(conversation, session)
-
-        def route(gid: str) -> None:
-            self._chunk_routes[(session.id, gid)] = (conn, upstream_id)
-
-        try:
-            result = await self.ask_host(session, "inference/request", forward, on_id=route, conn=conn, owner=owner)
-        finally:
-            for key in [k for k, v in self._chunk_routes.items() if k[0] == session.id and v == (conn, upstream_id)]:
-                del self._chunk_routes[key]
-        self.audit(
-            "relayed",
-            session,
-            conn.name,
-            "inference/request",
-            feature_set=fs,
-            model=result.get("model") if isinstance(result, dict) else None,
-        )
-        return result
-
-    def _routing_hints(self, backend: str, feature_set: str) -> dict[str, Any]:
-        hints: dict[str, Any] = {}
-        for pattern, keys in self.config.routing.get(backend, {}).items():
-            if compile_glob(pattern, None)(feature_set):
-                hints.update(keys)
-        return hints
+    def pinned(self, conversation: str) -> str | None:
+        """The session id a conversation was last seen in."""
+        return self._conversations.get(conversation)
 
     def pin_conversation(self, conversation: str, session: ClientSession) -> None:
         self._conversations[conversation] = session.id
         self._conversations.move_to_end(conversation)
         while len(self._conversations) > _MAX_CONVERSATIONS:
             self._conversations.popitem(last=False)
-
-    async def _model_info(self, conn: BackendConnection, owner: Any) -> dict[str, Any]:
-        hosts = [s for s in self.sessions_of(conn.name) if s.mcpl is not None]
-        session = self.pick(hosts, owner)
-        if session is not None:
-            try:
-                return await self.ask_host(session, "model/info", {}, conn=conn, owner=owner)
-            except jsonrpc.RpcError:
-                if self.last_model is None:
-                    raise
-        if self.last_model is not None:
-            return dict(self.last_model)  # the model the latest context hook named
-        raise jsonrpc.RpcError(jsonrpc.METHOD_NOT_FOUND, "no host session can answer model/info")
-
-    async def _elevate(self, conn: BackendConnection, params: dict[str, Any], owner: Any) -> dict[str, Any]:
-        fs, eligible = self.check_tag(conn, "scope/elevate", params)
-        scope = params.get("scope")
-        label = scope.get("label") if isinstance(scope, dict) else None
-        if not isinstance(label, str):
-            raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "scope/elevate needs params.scope.label (MCPL §7.3)")
-        payload = scope.get("payload") if isinstance(scope, dict) else None
-        session = self.pick(eligible, owner)
-        assert session is not None and session.mcpl is not None  # eligible is not empty after check_tag
-        verdict = evaluate(
-            label,
-            self.host_scopes(session, conn.name, fs),
-            self.operator_scopes(session.principal.name, conn.name, fs),
-            session.mcpl.approved(conn.name, fs),
-        )
-        if verdict.outcome != "ask":
-            outcome = "approved" if verdict.outcome == "approve" else "denied"
-            self.audit(
-                outcome,
-                session,
-                conn.name,
-                "scope/elevate",
-                feature_set=fs,
-                scope=label,
-                reason=verdict.reason,
-                by=verdict.by,
-            )
-            if verdict.outcome == "approve":
-                return {"approved": True, **({"payload": payload} if payload is not None else {})}
-            return {"approved": False, "reason": verdict.reason}
-        answer = await self.ask_host(
-            session,
-            "scope/elevate",
-            {**params, "featureSet": exposed(session.view, conn.name, fs)},
-            conn=conn,
-            owner=owner,
-        )
-        approved = isinstance(answer, dict) and answer.get("approved") is True
-        if approved:
-            session.mcpl.approve(conn.name, fs, label)
-        self.audit(
-            "approved" if approved else "denied",
-            session,
-            conn.name,
-            "scope/elevate",
-            feature_set=fs,
-            scope=label,
-            by="host",
-            reason=answer.get("reason") if isinstance(answer, dict) else None,
-        )
-        return answer if isinstance(answer, dict) else {"approved": False, "reason": "the host gave no answer"}
 
     # ================================================================================ plumbing
 

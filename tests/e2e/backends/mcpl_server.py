@@ -814,9 +814,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Options, int | None]:
     parser.add_argument("--infer-in-hook", action="store_true", help="send inference/request inside beforeInference")
     parser.add_argument("--redact", action="append", default=[], metavar="WORD", help="compliance: redact WORD too")
     parser.add_argument("--ask-timeout", type=float, default=10.0, metavar="SECONDS")
-    parser.add_argument(
-        "--mcpl-version", help="MCPL version to declare (0.5: updates come as requests)"
-    )
+    parser.add_argument("--mcpl-version", help="MCPL version to declare (0.5: updates come as requests)")
     ns = parser.parse_args(argv)
     options = Options(
         role=ns.role,
