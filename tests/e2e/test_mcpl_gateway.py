@@ -926,3 +926,60 @@ async def test_scoped_call_naming_its_feature_set_federated_with_pattern_keyed_s
         assert denied["error"]["code"] == -32093, "a scope key may be a feature-set pattern"
         unknown = await host.request("tools/call", {**call, "featureSet": "files.nope"})
         assert unknown["error"]["code"] == -32003
+
+
+async def test_mcpl_host_over_legacy_http_sse(gateway: RunningGateway) -> None:
+    """The same push round trip for a host on the legacy HTTP+SSE transport (GET /sse + POST)."""
+    import httpx
+
+    from gateway.sse import iter_sse
+
+    async with httpx.AsyncClient(timeout=15) as http, http.stream("GET", f"{gateway.url}/sse") as stream:
+        events = iter_sse(stream.aiter_bytes())
+        endpoint = (await anext(events)).data
+        post_url = f"{gateway.url}{endpoint}"
+
+        async def post(message: dict[str, Any]) -> None:
+            assert (await http.post(post_url, json=message)).status_code == 202
+
+        async def next_message() -> dict[str, Any]:
+            while True:
+                event = await asyncio.wait_for(anext(events), 10)
+                if event.data:
+                    return json.loads(event.data)
+
+        caps = {"experimental": {"mcpl": {"version": "0.4", "pushEvents": True, "featureSets": True}}}
+        init = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": caps,
+            "clientInfo": {"name": "sse-host", "version": "1"},
+        }
+        await post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init})
+        assert "mcpl" in (await next_message())["result"]["capabilities"]["experimental"]
+        await post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        await post({"jsonrpc": "2.0", "method": "featureSets/update", "params": {"enabled": ["mem2.memory.proactive"]}})
+        for attempt in range(100):  # the update is a notification: wait until the backend has it
+            await post(
+                {"jsonrpc": "2.0", "id": 100 + attempt, "method": "tools/call", "params": {"name": "mem2__stats"}}
+            )
+            record = json.loads((await next_message())["result"]["content"][0]["text"])
+            if "memory.proactive" in record["featureSetUpdates"][-1]["enabled"]:
+                break
+            await asyncio.sleep(0.05)
+        arguments = {"eventId": "sse-1", "text": "over SSE"}
+        await post(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "mem2__push", "arguments": arguments},
+            }
+        )
+        pushed = await next_message()
+        assert pushed["method"] == "push/event" and pushed["params"]["featureSet"] == "mem2.memory.proactive"
+        await post({"jsonrpc": "2.0", "id": pushed["id"], "result": {"accepted": True, "inferenceId": "inf_sse"}})
+        done = await next_message()
+        assert done["id"] == 1
+        assert json.loads(done["result"]["content"][0]["text"]) == {
+            "result": {"accepted": True, "inferenceId": "inf_sse"}
+        }
