@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from gateway import jsonrpc
-from gateway.channels import ChannelOverflow, absorb_overflow, guarded_write
+from gateway.channels import ChannelOverflow, absorb_overflow
+from gateway.transports.framed import handle_frame, pump_out
 from gateway.transports.http_common import OriginGuard
 from policies.auth import AuthError
 
@@ -80,7 +80,7 @@ class WebSocketDoor:
                     break
                 if writer.done():
                     break
-                task = asyncio.create_task(self._handle(session, data))
+                task = asyncio.create_task(handle_frame(self._gw, session, data))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
         except WebSocketDisconnect:
@@ -93,49 +93,13 @@ class WebSocketDoor:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await writer
 
-    async def _handle(self, session: ClientSession, data: str | bytes) -> None:
-        try:
-            message = jsonrpc.loads(data)
-        except jsonrpc.RpcError as exc:
-            session.standalone.push(jsonrpc.error_from(None, exc))
-            return
-        messages = message if isinstance(message, list) else [message]
-        if not messages:
-            session.standalone.push(jsonrpc.error(None, jsonrpc.INVALID_REQUEST, "Invalid Request: empty batch"))
-            return
-        for item in messages:
-            try:
-                shape = jsonrpc.classify(item)
-            except jsonrpc.RpcError as exc:
-                rpc_id = item.get("id") if isinstance(item, dict) else None
-                session.standalone.push(jsonrpc.error_from(rpc_id if jsonrpc.valid_id(rpc_id) else None, exc))
-                continue
-            try:
-                response = await self._gw.router.handle(session, item, shape, session.standalone)
-            except Exception:
-                log.exception("request %s failed inside the gateway", item.get("method"))
-                response = jsonrpc.error(item.get("id"), jsonrpc.INTERNAL_ERROR, "Internal error in the gateway")
-            if response is not None:
-                session.standalone.push(response)
-
     async def _write(self, ws: WebSocket, session: ClientSession) -> None:
         channel = session.standalone
-        channel.bind_writer()  # an overflow cancels the send that is stuck on a full socket
-        after = 0
         try:
-            while True:
-                batch = await channel.read(after)
-                if not batch:
-                    # The session ended on the gateway's side (e.g. the draft's exit): say so.
-                    with contextlib.suppress(Exception):
-                        await asyncio.wait_for(ws.close(code=1000, reason="session ended"), 2.0)
-                    return
-                for seq, message in batch:
-                    after = seq
-                    rendered = session.render(message)
-                    if rendered is None:
-                        continue
-                    await guarded_write(channel, ws.send_text(jsonrpc.dumps(rendered).decode()))
+            await pump_out(session, ws.send_text)
+            # The session ended on the gateway's side (e.g. the draft's exit): say so.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ws.close(code=1000, reason="session ended"), 2.0)
         except (ChannelOverflow, asyncio.CancelledError) as exc:
             if not absorb_overflow(channel, exc):
                 raise
@@ -149,6 +113,3 @@ class WebSocketDoor:
                 await asyncio.wait_for(ws.close(code=_TRY_AGAIN_LATER, reason="client too slow"), 2.0)
         except (WebSocketDisconnect, RuntimeError, OSError):
             return
-        finally:
-            channel.writing = False
-            channel.on_overflow = None
