@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import signal
 import socket
 import sys
 from typing import Any
@@ -149,7 +150,6 @@ async def _serve(config: Config, config_path: str | None = None) -> int:
 async def _watch_config(gateway: Any, path: str, interval_s: float = 2.0) -> None:
     """Reload on SIGHUP and when the file changes. A broken file is reported and ignored."""
     import os
-    import signal
 
     loop = asyncio.get_running_loop()
     wake = asyncio.Event()
@@ -180,6 +180,62 @@ async def _watch_config(gateway: Any, path: str, interval_s: float = 2.0) -> Non
         gateway.reload(new)
 
 
+def _stdio(args: argparse.Namespace) -> int:
+    """``switchboard stdio``: serve one client on stdin/stdout (a host spawns the gateway)."""
+    import os
+
+    try:
+        config = _load(args.config)
+    except ConfigError as exc:
+        for issue in exc.issues:
+            print(f"error: {issue}", file=sys.stderr)
+        return 1
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,  # stdout carries JSON-RPC only
+    )
+    token = args.token or os.environ.get("SWITCHBOARD_TOKEN") or None
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(_serve_stdio(config, args.server, token, args.config))
+    return uvloop.run(_serve_stdio(config, args.server, token, args.config))
+
+
+async def _serve_stdio(config: Config, server: str | None, token: str | None, config_path: str | None) -> int:
+    from gateway.core import Gateway
+    from gateway.transports import stdio
+    from policies.auth import AuthError
+
+    gateway = Gateway(config)
+    view = gateway.single.get(server) if server else gateway.federated
+    if view is None:
+        print(f"error: no backend named {server!r}", file=sys.stderr)
+        return 2
+    try:
+        credentials = gateway.authenticator.authenticate(token)
+    except AuthError as exc:
+        print(f"error: {exc.reason} (give a token with --token or SWITCHBOARD_TOKEN)", file=sys.stderr)
+        return 1
+    reader, send, feeder = await stdio.open_std_streams()
+    await gateway.start()
+    watcher = asyncio.create_task(_watch_config(gateway, config_path)) if config_path else None
+    serving = asyncio.create_task(stdio.serve(gateway, view, credentials, reader, send))
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        # A host stopping its server: end the session and stop the backends (their process groups).
+        asyncio.get_running_loop().add_signal_handler(signum, serving.cancel)
+    try:
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+    finally:
+        for task in (watcher, feeder):
+            if task is not None:
+                task.cancel()
+        await gateway.stop()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="switchboard", description="A gateway for the MCP protocol family.")
     parser.add_argument("--version", action="version", version=f"switchboard {__version__}")
@@ -189,6 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--host", help="override listen.host")
     run.add_argument("--port", type=int, help="override listen.port (0: any free port)")
     run.set_defaults(func=_run)
+    stdio = sub.add_parser("stdio", help="serve one client on stdin/stdout (for hosts that spawn their servers)")
+    stdio.add_argument("-c", "--config", help="YAML config file")
+    stdio.add_argument("--server", help="serve only this backend (as /servers/NAME/ does), not the federation")
+    stdio.add_argument("--token", help="the caller's token when auth is configured (or SWITCHBOARD_TOKEN)")
+    stdio.set_defaults(func=_stdio)
     check = sub.add_parser("check", help="validate a config file and explain every error")
     check.add_argument("-c", "--config", required=True, help="YAML config file")
     check.set_defaults(func=_check)
