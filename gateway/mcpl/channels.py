@@ -127,6 +127,11 @@ class ChannelRouter:
     ) -> dict[str, Any]:
         relay = self._relay
         found = relay.backend(conn.name)
+        eligible = None
+        if "featureSet" in params:
+            # The spec does not tag channel messages; one that is tagged is held to its tag like
+            # any other server-initiated message (-32001 / -32003), and reaches only those sessions.
+            _, eligible = relay.requests.check_tag(conn, method, params)
         if method == "channels/register":
             taken = found.register(params.get("channels"))
             self.announce(conn.name, added=taken)
@@ -135,14 +140,17 @@ class ChannelRouter:
         if method == "channels/list":
             # A server asking its host: the channels known on this connection (never left unanswered).
             return {"channels": list(found.channels.values())}
-        return await self._incoming(conn, params, owner)
+        return await self._incoming(conn, params, owner, eligible)
 
-    async def _incoming(self, conn: BackendConnection, params: dict[str, Any], owner: Any) -> dict[str, Any]:
+    async def _incoming(
+        self, conn: BackendConnection, params: dict[str, Any], owner: Any, eligible: list[ClientSession] | None
+    ) -> dict[str, Any]:
         relay = self._relay
         messages = params.get("messages")
         if not isinstance(messages, list):
             raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "channels/incoming needs params.messages (an array)")
-        hosts = [s for s in relay.sessions_of(conn.name) if s.mcpl is not None and any(s.mcpl.channels.values())]
+        candidates = relay.sessions_of(conn.name) if eligible is None else eligible
+        hosts = [s for s in candidates if s.mcpl is not None and any(s.mcpl.channels.values())]
         session = relay.pick(hosts, owner)
         registered = relay.backend(conn.name).channels
         results: dict[int, dict[str, Any]] = {}

@@ -489,6 +489,13 @@ async def test_channel_round_trip(gateway: RunningGateway) -> None:
         stray = await host.call_tool("chan__incoming", {"channelId": "discord:#nope", "texts": ["?"]})
         assert stray["result"]["results"][0] == {"messageId": "dmsg_2", "accepted": False, "reason": "Unknown channel"}
 
+        tagged = {"featureSet": "channels.observe", "messages": [{"channelId": "discord:#general", "messageId": "t1"}]}
+        passed = await host.call_tool("chan__ask", {"method": "channels/incoming", "params": tagged})
+        assert passed["result"]["results"][0]["accepted"] is True, "a tag that is enabled passes"
+        wrong_tag = {**tagged, "featureSet": "channels.nope"}
+        unknown_tag = await host.call_tool("chan__ask", {"method": "channels/incoming", "params": wrong_tag})
+        assert unknown_tag["error"]["code"] == -32003, "a channel message that carries a tag is held to it"
+
         asked = await host.call_tool("chan__ask", {"method": "channels/list", "params": {}})
         assert {c["id"] for c in asked["result"]["channels"]} >= {"discord:#general", "discord:#random"}
         closed = await host.request("channels/close", {"channelId": "chan.discord:#dev"})
