@@ -574,8 +574,8 @@ def slow_gateway(http_memory: str) -> Iterator[RunningGateway]:
         },
         "mcpl": {
             "hook_order": ["red1", "stuck", "red2"],
-            "before_inference_timeout_s": 0.5,
-            "after_inference_timeout_s": 0.5,
+            "before_inference_timeout_s": 1.0,
+            "after_inference_timeout_s": 1.0,
         },
     }
     with run_gateway(config) as gw:
