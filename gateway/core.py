@@ -29,8 +29,10 @@ from policies import CapabilityPolicy, PolicyChain, Principal
 from policies.arguments import ArgumentValidationPolicy
 from policies.auth import Authenticator, AuthError, Credentials, PrincipalRegistry, bearer_token
 from policies.envelope_rate import EnvelopeRatePolicy
+from policies.feature_sets import FeatureSetPolicy
 from policies.pinning import PinningPolicy, PinStore
 from policies.ratelimit import RateLimitPolicy
+from policies.scopes import ScopePolicy
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,8 @@ class Gateway:
                 RateLimitPolicy(config.rate_limits, self.bus),
                 ArgumentValidationPolicy(name for name, b in config.backends.items() if b.validate_arguments),
                 PinningPolicy(self.pins),
+                ScopePolicy(),  # MCPL: scoped tools/call (facts from gateway/mcpl)
+                FeatureSetPolicy(),  # MCPL: messages a backend initiates, held to their feature set
                 EnvelopeRatePolicy(
                     config.mcpx.rate_per_participant.messages_per_s, config.mcpx.rate_per_participant.burst, self.bus
                 ),

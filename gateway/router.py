@@ -454,17 +454,16 @@ class Router:
     async def _named_call(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
         kind: ListKind = "tools" if event.method == "tools/call" else "prompts"
         backend, original = await self._resolve_name(session.view, kind, event.params.get("name"))
+        params = {**event.params, "name": original}
         if kind == "tools" and self._gw.chain.has_dispatch:
             merged = session.view.merged.get("tools")
             item = merged.by_key.get(event.params.get("name")) if merged is not None else None
-            decision = await self._gw.chain.dispatch(event, session.principal, Target(backend, original, item))
+            # MCPL §7.7: what the scope check needs, only for calls that carry a scope.
+            facts = self._gw.mcpl.call_facts(session, backend, event.params) if "scope" in params else None
+            decision = await self._gw.chain.dispatch(event, session.principal, Target(backend, original, item, facts))
             if not decision.allowed:
                 raise PolicyDenied(decision, backend)
-        params = {**event.params, "name": original}
-        if kind == "tools" and ("scope" in params or "featureSet" in params):
-            scoped = self._gw.mcpl.check_scoped_call(session, backend, event.params)  # MCPL §7.7
-            if scoped is not None:
-                raise PolicyDenied(scoped, backend)
+        if kind == "tools" and "featureSet" in params:
             params = self._gw.mcpl.backend_params(session, backend, params)
         return await self._forward(session, event, backend, params, channel)
 

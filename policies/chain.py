@@ -8,7 +8,7 @@ shared state on the bus (rate limits across replicas).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -36,11 +36,17 @@ ALLOW = Decision(True)
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """What a request resolved to: the backend, the backend's own name, and the catalog item."""
+    """What a request resolved to: the backend, the backend's own name, and the catalog item.
+
+    ``facts`` carries what routing learned that a dispatch decision needs and the event cannot say
+    (MCPL: the feature sets a backend declared and a session enabled, the scope patterns in force),
+    keyed by the policy that reads them. Policies stay pure functions of event, principal and target.
+    """
 
     backend: str
     name: str | None = None
     item: dict[str, Any] | None = None
+    facts: Mapping[str, Any] | None = None
 
 
 class Policy(Protocol):

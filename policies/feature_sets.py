@@ -16,10 +16,13 @@ Patterns are globs without a separator (``memory.*`` covers ``memory.a.b``), see
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
-from policies.chain import Decision
+from gateway.events import Event
+from policies.chain import Decision, Target
 from policies.globs import compile_glob, is_literal
+from policies.principal import Principal
 
 FEATURE_SET_NOT_ENABLED = -32001
 UNKNOWN_FEATURE_SET = -32003
@@ -174,3 +177,28 @@ def check_server_tag(
             outcome="denied",
         )
     return Decision(True, policy=POLICY)
+
+
+@dataclass(frozen=True, slots=True)
+class TagFacts:
+    """What the feature-set check of one server-initiated message needs (``Target.facts[POLICY]``)."""
+
+    declared: Collection[str]
+    enabled_anywhere: bool
+    can_enable: bool
+
+
+class FeatureSetPolicy:
+    """The chain's MCPL feature-set check of messages a backend initiates (dispatch stage)."""
+
+    name = POLICY
+    stage = "dispatch"
+
+    async def check(self, event: Event, principal: Principal, target: Target | None) -> Decision | None:
+        facts = target.facts.get(POLICY) if target is not None and target.facts else None
+        if not isinstance(facts, TagFacts):
+            return None
+        decision = check_server_tag(
+            event.params.get("featureSet"), facts.declared, facts.enabled_anywhere, facts.can_enable
+        )
+        return None if decision.allowed else decision

@@ -12,7 +12,10 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from gateway.events import Event
+from policies.chain import Decision, Target
 from policies.globs import matches_any
+from policies.principal import Principal
 
 SEPARATOR = "/"
 
@@ -119,3 +122,52 @@ def merge_for_backend(rules: Iterable[ScopeRules]) -> ScopeRules:
 def to_wire(rules: ScopeRules) -> dict[str, list[str]]:
     """The ``scopes`` entry of a ``featureSets/update`` for ``rules``."""
     return {"whitelist": list(rules.whitelist), "blacklist": list(rules.blacklist)}
+
+
+SCOPES_POLICY = "mcpl.scopes"
+SCOPE_DENIED = -32093  # the gateway's "a policy refused this" code (gateway.jsonrpc.CAPABILITY_DENIED)
+
+
+@dataclass(frozen=True, slots=True)
+class ScopedCallFacts:
+    """What the check of a scoped ``tools/call`` (MCPL §7.7) needs (``Target.facts[SCOPES_POLICY]``).
+
+    ``candidates`` are the feature sets that may govern the tool, as (name as the host sees it, host
+    patterns, operator patterns, enabled for this session). ``named_unknown`` is a ``featureSet`` the
+    call named that the backend does not declare. ``needs_enabled`` is false for a client that did
+    not negotiate MCPL (it meets the operator's blacklist, not the host-side feature-set rules).
+    """
+
+    label: object
+    candidates: tuple[tuple[str, ScopeRules, ScopeRules, bool], ...]
+    needs_enabled: bool
+    can_enable: bool
+    named_unknown: str | None = None
+
+
+class ScopePolicy:
+    """The chain's check of a scoped ``tools/call``: a blacklisted label or a disabled feature set
+    stops it before it is forwarded (dispatch stage)."""
+
+    name = SCOPES_POLICY
+    stage = "dispatch"
+
+    async def check(self, event: Event, principal: Principal, target: Target | None) -> Decision | None:
+        facts = target.facts.get(SCOPES_POLICY) if target is not None and target.facts else None
+        if not isinstance(facts, ScopedCallFacts):
+            return None
+        if facts.named_unknown is not None:
+            return Decision(
+                False, SCOPES_POLICY, -32003, "Unknown feature set", {"featureSet": facts.named_unknown}, "denied"
+            )
+        if not isinstance(facts.label, str):
+            return Decision(False, SCOPES_POLICY, -32602, "params.scope.label must be a string", outcome="invalid")
+        for feature_set, host, operator, _enabled in facts.candidates:
+            verdict = permits(facts.label, host, operator)
+            if verdict.outcome == "deny":
+                data = {"featureSet": feature_set, "scope": facts.label}
+                return Decision(False, SCOPES_POLICY, SCOPE_DENIED, verdict.reason, data, "denied")
+        if facts.needs_enabled and facts.candidates and not any(c[3] for c in facts.candidates):
+            data = {"featureSet": facts.candidates[0][0], "canEnable": facts.can_enable}
+            return Decision(False, SCOPES_POLICY, -32001, "Feature set not enabled", data, "denied")
+        return None

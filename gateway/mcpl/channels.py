@@ -131,7 +131,7 @@ class ChannelRouter:
         if "featureSet" in params:
             # The spec does not tag channel messages; one that is tagged is held to its tag like
             # any other server-initiated message (-32001 / -32003), and reaches only those sessions.
-            _, eligible = relay.requests.check_tag(conn, method, params)
+            _, eligible = await relay.requests.check_tag(conn, method, params)
         if method == "channels/register":
             taken = found.register(params.get("channels"))
             self.announce(conn.name, added=taken)

@@ -22,10 +22,9 @@ from gateway.events import Event
 from gateway.federation import View
 from gateway.mcpl.state import BackendMcpl, McplSession, exposed, resolve
 from gateway.sessions import ClientSession
-from policies.chain import Decision
 from policies.feature_sets import OperatorRules
 from policies.globs import compile_glob, is_literal
-from policies.scopes import ScopeRules, merge_for_backend, permits, to_wire
+from policies.scopes import SCOPES_POLICY, ScopedCallFacts, ScopeRules, merge_for_backend, to_wire
 
 if TYPE_CHECKING:
     from gateway.core import Gateway
@@ -398,64 +397,39 @@ class McplRelay:
                     return {**params, "featureSet": own}
         return params
 
-    def check_scoped_call(self, session: ClientSession, backend: str, params: dict[str, Any]) -> Decision | None:
-        """A host's ``tools/call`` carrying ``scope`` (MCPL §7.7), checked before it is forwarded.
-
-        The feature set is ``params.featureSet`` when the host names it, else every scoped feature
-        set of the backend that governs tools: a label any of them blacklists is refused.
-        """
-        scope = params.get("scope")
-        if scope is None or not self.is_mcpl(backend):
+    def call_facts(self, session: ClientSession, backend: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        """What the chain's scope check (``policies.scopes.ScopePolicy``) needs for a scoped
+        ``tools/call``: the feature sets that may govern the tool (the one the host names, else every
+        scoped ``tools`` set of the backend) with the host's and the operator's patterns for each."""
+        if not self.is_mcpl(backend):
             return None
+        scope = params.get("scope")
         label = scope.get("label") if isinstance(scope, dict) else None
-        if not isinstance(label, str):
-            return Decision(False, "mcpl.scopes", jsonrpc.INVALID_PARAMS, "params.scope.label must be a string")
         declared = self.backend(backend).feature_sets
         named = params.get("featureSet")
+        named_unknown = None
         if isinstance(named, str):
-            own = [fs for b, fs in self.resolve_feature_set(session.view, named) if b == backend]
-            if not own:
-                return Decision(
-                    False,
-                    "mcpl.feature_sets",
-                    mcpl.UNKNOWN_FEATURE_SET,
-                    "Unknown feature set",
-                    {"featureSet": named},
-                    outcome="denied",
-                )
-            candidates = own
+            candidates = [fs for b, fs in self.resolve_feature_set(session.view, named) if b == backend]
+            named_unknown = None if candidates else named
         else:
             candidates = [n for n, d in declared.items() if d.get("scoped") and mcpl.uses(d, mcpl.USES_TOOLS)]
         enabled = self.effective(session, backend)
-        for fs in candidates:
-            verdict = permits(
-                label,
-                self.host_scopes(session, backend, fs),
-                self.operator_scopes(session.principal.name, backend, fs),
-            )
-            if verdict.outcome == "deny":
-                self.audit("denied", session, backend, "tools/call", feature_set=fs, scope=label, reason=verdict.reason)
-                return Decision(
-                    False,
-                    "mcpl.scopes",
-                    jsonrpc.CAPABILITY_DENIED,
-                    verdict.reason,
-                    {"featureSet": exposed(session.view, backend, fs), "scope": label},
-                    outcome="denied",
+        facts = ScopedCallFacts(
+            label=label,
+            candidates=tuple(
+                (
+                    exposed(session.view, backend, fs),
+                    self.host_scopes(session, backend, fs),
+                    self.operator_scopes(session.principal.name, backend, fs),
+                    fs in enabled,
                 )
-        if session.mcpl is not None and candidates and not any(fs in enabled for fs in candidates):
-            fs = candidates[0]
-            self.audit("denied", session, backend, "tools/call", feature_set=fs, scope=label, reason="not enabled")
-            return Decision(
-                False,
-                "mcpl.feature_sets",
-                mcpl.FEATURE_SET_NOT_ENABLED,
-                "Feature set not enabled",
-                {"featureSet": exposed(session.view, backend, fs), "canEnable": self.can_enable(backend, fs)},
-                outcome="denied",
-            )
-        self.audit("allowed", session, backend, "tools/call", feature_set=",".join(candidates) or None, scope=label)
-        return None
+                for fs in candidates
+            ),
+            needs_enabled=session.mcpl is not None,
+            can_enable=bool(candidates) and self.can_enable(backend, candidates[0]),
+            named_unknown=named_unknown,
+        )
+        return {SCOPES_POLICY: facts}
 
     # ========================================================================= backend -> relay
 

@@ -12,11 +12,17 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+import adapters
+from adapters import mcp as mcp_adapter
 from gateway import jsonrpc
 from gateway.mcpl.state import exposed
 from gateway.sessions import ClientSession
-from policies.feature_sets import check_server_tag
+from policies.chain import Target
+from policies.feature_sets import POLICY as FEATURE_SETS_POLICY
+from policies.feature_sets import TagFacts
 from policies.globs import compile_glob
+from policies.patterns import CapabilitySet
+from policies.principal import Principal
 from policies.scopes import evaluate
 
 if TYPE_CHECKING:
@@ -24,15 +30,22 @@ if TYPE_CHECKING:
     from gateway.upstreams.connection import BackendConnection
 
 
+def _backend_principal(backend: str) -> Principal:
+    """Who a backend is when the chain decides on what it initiates: trusted for everything but MCPL
+    feature sets (its requests to hosts are held to the sets the hosts enabled)."""
+    return Principal(f"backend:{backend}", CapabilitySet(["*"]))
+
+
 class ServerRequests:
     def __init__(self, relay: McplRelay) -> None:
         self._relay = relay
 
-    def check_tag(
+    async def check_tag(
         self, conn: BackendConnection, method: str, params: dict[str, Any]
     ) -> tuple[str, list[ClientSession]]:
-        """The feature-set check every server-initiated message passes; returns the tag and the
-        sessions that have it enabled, or raises the MCPL error (-32001 / -32003 / -32602)."""
+        """The feature-set check every server-initiated message passes, made by the policy chain
+        (``policies.feature_sets.FeatureSetPolicy``); returns the tag and the sessions that have it
+        enabled, or raises the MCPL error (-32001 / -32003 / -32602)."""
         relay = self._relay
         fs = params.get("featureSet")
         eligible = [
@@ -40,7 +53,19 @@ class ServerRequests:
         ]
         declared = relay.backend(conn.name).feature_sets
         can = relay.can_enable(conn.name, fs) if isinstance(fs, str) and fs in declared else False
-        decision = check_server_tag(fs, declared, bool(eligible), can)
+        event = adapters.annotate(
+            mcp_adapter.decode(
+                {"jsonrpc": "2.0", "id": 0, "method": method, "params": params},
+                jsonrpc.Shape.REQUEST,
+                session=None,
+                principal=f"backend:{conn.name}",
+            )
+        )
+        facts = {FEATURE_SETS_POLICY: TagFacts(declared, bool(eligible), can)}
+        gateway = relay.gateway
+        decision = await gateway.chain.dispatch(
+            event, _backend_principal(conn.name), Target(conn.name, None, None, facts)
+        )
         if not decision.allowed:
             relay.audit(
                 decision.outcome,
@@ -55,7 +80,7 @@ class ServerRequests:
 
     async def push(self, conn: BackendConnection, params: dict[str, Any]) -> dict[str, Any]:
         relay = self._relay
-        fs, eligible = self.check_tag(conn, "push/event", params)
+        fs, eligible = await self.check_tag(conn, "push/event", params)
         event_id = params.get("eventId")
         if not isinstance(event_id, str) or not event_id:
             raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "push/event needs a non-empty string eventId (MCPL §9.2)")
@@ -100,7 +125,7 @@ class ServerRequests:
             )
             relay.audit("denied", None, conn.name, "inference/request", reason=reason)
             raise jsonrpc.RpcError(jsonrpc.INVALID_REQUEST, reason)
-        fs, eligible = self.check_tag(conn, "inference/request", params)
+        fs, eligible = await self.check_tag(conn, "inference/request", params)
         hosts = [s for s in eligible if s.mcpl is not None and s.mcpl.supports("inferenceRequest")]
         conversation = params.get("conversationId")
         pinned = relay.pinned(conversation) if isinstance(conversation, str) else None
@@ -158,7 +183,7 @@ class ServerRequests:
 
     async def elevate(self, conn: BackendConnection, params: dict[str, Any], owner: Any) -> dict[str, Any]:
         relay = self._relay
-        fs, eligible = self.check_tag(conn, "scope/elevate", params)
+        fs, eligible = await self.check_tag(conn, "scope/elevate", params)
         scope = params.get("scope")
         label = scope.get("label") if isinstance(scope, dict) else None
         if not isinstance(label, str):
