@@ -53,6 +53,7 @@ class McplRelay:
         self._chunk_routes: dict[tuple[str, str], tuple[BackendConnection, Any]] = {}
         self.last_model: dict[str, Any] | None = None
         self._operator_cache: dict[str, OperatorRules] = {}
+        self._effective: dict[tuple[str, str], frozenset[str]] = {}
         self.hooks = HookFanout(self)
         self.requests = ServerRequests(self)
         self.channels = ChannelRouter(self)
@@ -119,13 +120,23 @@ class McplRelay:
         """The feature sets of ``backend`` enabled for ``session``: host enabled ∩ operator allows."""
         if session.mcpl is None:
             return frozenset()
-        rules = self.operator_rules(session.principal.name)
-        selection = session.mcpl.selection
-        return frozenset(
-            name
-            for name in self.backend(backend).feature_sets
-            if selection.is_enabled(exposed(session.view, backend, name)) and rules.allows(backend, name)
-        )
+        key = (session.id, backend)
+        found = self._effective.get(key)
+        if found is None:
+            # Read on every message a backend initiates and every hook, for every session; written
+            # only when a host, the operator or a backend changes something (see forget()).
+            rules = self.operator_rules(session.principal.name)
+            selection = session.mcpl.selection
+            found = self._effective[key] = frozenset(
+                name
+                for name in self.backend(backend).feature_sets
+                if selection.is_enabled(exposed(session.view, backend, name)) and rules.allows(backend, name)
+            )
+        return found
+
+    def forget(self) -> None:
+        """Drop every cached effective set: a selection, an operator rule or a declaration changed."""
+        self._effective.clear()
 
     def can_enable(self, backend: str, feature_set: str) -> bool:
         """Whether some host of ``backend`` could enable it (the operator allows it its principal)."""
@@ -172,10 +183,13 @@ class McplRelay:
             return
         for key in [k for k in self._chunk_routes if k[0] == session.id]:
             del self._chunk_routes[key]
+        for key in [k for k in self._effective if k[0] == session.id]:
+            del self._effective[key]
         self.sync_view(session.view)
 
     def principals_changed(self) -> None:
         self._operator_cache.clear()
+        self.forget()
         for name in list(self.backends):
             self.sync(name)
 
@@ -243,6 +257,7 @@ class McplRelay:
         old = self.backends.get(conn.name)
         fresh = BackendMcpl(caps)
         self.backends[conn.name] = fresh
+        self.forget()
         if old is not None:
             if old.channels:
                 self.channels.announce(conn.name, removed=list(old.channels))
@@ -312,6 +327,7 @@ class McplRelay:
         assert session.mcpl is not None
         enabled, disabled, scopes = mcpl.update_params(params)
         session.mcpl.selection.apply(enabled, disabled)
+        self.forget()
         for name, rules in scopes.items():
             if isinstance(name, str) and (name in session.mcpl.scopes or len(session.mcpl.scopes) < MAX_HOST_SCOPES):
                 session.mcpl.scopes[name] = ScopeRules.from_wire(rules)
@@ -454,6 +470,7 @@ class McplRelay:
         params = message.get("params") if isinstance(message.get("params"), dict) else {}
         if method == "featureSets/changed":
             added, removed = self.backend(conn.name).changed(params.get("added"), params.get("removed"))
+            self.forget()
             found = self.backend(conn.name)
             if added or removed:
                 self._announce_feature_sets(conn.name, {n: found.feature_sets[n] for n in added}, removed)
