@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format bench bench-mcpx bench-router test-deps clean
+.PHONY: run test lint format bench bench-mcpx bench-mcpl bench-router test-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ bench: $(STAMP)
 # MCPx topic fan-out: deliveries per second and delivery latency with 10 and 50 participants.
 bench-mcpx: $(STAMP)
 	$(BIN)/python bench/mcpx_fanout.py $(ARGS)
+
+# MCPL: context-hook fan-out latency and the cost of a backend's push/event, with 1 and 3 backends.
+bench-mcpl: $(STAMP)
+	$(BIN)/python bench/mcpl_hooks.py $(ARGS)
 
 # Router CPU per tools/call, in-process (no sockets): for A/B comparisons on a noisy machine.
 bench-router: $(STAMP)
