@@ -74,12 +74,35 @@ def config_warnings(config: Config) -> list[str]:
     return warnings
 
 
-def _run(args: argparse.Namespace) -> int:
+def _load_or_report(path: str | None) -> Config | None:
     try:
-        config = _load(args.config)
+        return _load(path)
     except ConfigError as exc:
         for issue in exc.issues:
             print(f"error: {issue}", file=sys.stderr)
+        return None
+
+
+def _log_to_stderr(config: Config) -> None:
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,  # stdout is for the listening banner, or for JSON-RPC with stdio
+    )
+
+
+def _run_loop(main: Any) -> int:
+    try:
+        import uvloop
+    except ImportError:
+        return int(asyncio.run(main))
+    # uvicorn's own loop setting only applies when uvicorn creates the loop; here we do.
+    return int(uvloop.run(main))
+
+
+def _run(args: argparse.Namespace) -> int:
+    config = _load_or_report(args.config)
+    if config is None:
         return 1
     if args.host:
         config.listen.host = args.host
@@ -90,17 +113,8 @@ def _run(args: argparse.Namespace) -> int:
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
         return 1
-    logging.basicConfig(
-        level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(_serve(config, args.config))
-    # uvicorn's own loop setting only applies when uvicorn creates the loop; here we do.
-    return uvloop.run(_serve(config, args.config))
+    _log_to_stderr(config)
+    return _run_loop(_serve(config, args.config))
 
 
 async def _serve(config: Config, config_path: str | None = None) -> int:
@@ -184,23 +198,12 @@ def _stdio(args: argparse.Namespace) -> int:
     """``switchboard stdio``: serve one client on stdin/stdout (a host spawns the gateway)."""
     import os
 
-    try:
-        config = _load(args.config)
-    except ConfigError as exc:
-        for issue in exc.issues:
-            print(f"error: {issue}", file=sys.stderr)
+    config = _load_or_report(args.config)
+    if config is None:
         return 1
-    logging.basicConfig(
-        level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,  # stdout carries JSON-RPC only
-    )
+    _log_to_stderr(config)
     token = args.token or os.environ.get("SWITCHBOARD_TOKEN") or None
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(_serve_stdio(config, args.server, token, args.config))
-    return uvloop.run(_serve_stdio(config, args.server, token, args.config))
+    return _run_loop(_serve_stdio(config, args.server, token, args.config))
 
 
 async def _serve_stdio(config: Config, server: str | None, token: str | None, config_path: str | None) -> int:
