@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from gateway.core import Gateway
 
 
-def _error(status: int, message: str) -> Response:
+def error_response(status: int, message: str) -> Response:
     return JSONResponse({"error": message}, status_code=status)
 
 
@@ -59,7 +59,7 @@ class AdminApi:
     def _authorized(self, request: Request) -> Response | None:
         auth = self._gw.config.auth
         if auth is None or not auth.admin_token:
-            return _error(404, "no admin API: set auth.admin_token")
+            return error_response(404, "no admin API: set auth.admin_token")
         token = bearer_token(request.headers.get("authorization"))
         if token is None or not hmac.compare_digest(token.encode(), auth.admin_token.encode()):
             return JSONResponse(
@@ -99,7 +99,7 @@ class AdminApi:
             body = await self._json(request)
             config = PrincipalConfig.model_validate(body)
         except (ValueError, ValidationError) as exc:
-            return _error(400, str(exc))
+            return error_response(400, str(exc))
         existing = self._gw.principals.get(name)
         if existing is not None and "tokens" not in (body or {}):
             config = config.model_copy(update={"tokens": existing.tokens})  # keep tokens unless given
@@ -115,11 +115,11 @@ class AdminApi:
         name = request.path_params["name"]
         existing = self._gw.principals.get(name)
         if existing is None:
-            return _error(404, f"no principal {name!r}")
+            return error_response(404, f"no principal {name!r}")
         try:
             body = await self._json(request)
         except ValueError as exc:
-            return _error(400, str(exc))
+            return error_response(400, str(exc))
         add = body.get("add", []) if isinstance(body, dict) else None
         remove = body.get("remove", []) if isinstance(body, dict) else None
         if (
@@ -127,7 +127,7 @@ class AdminApi:
             or not isinstance(remove, list)
             or not all(isinstance(c, str) for c in add + remove)
         ):
-            return _error(400, "body must be {add: [patterns], remove: [patterns]}")
+            return error_response(400, "body must be {add: [patterns], remove: [patterns]}")
         capabilities = [c for c in existing.capabilities if c not in remove] + [
             c for c in add if c not in existing.capabilities
         ]
@@ -141,7 +141,7 @@ class AdminApi:
             return refused
         name = request.path_params["name"]
         if not self._gw.principals.remove(name):
-            return _error(404, f"no principal {name!r}")
+            return error_response(404, f"no principal {name!r}")
         self._gw.principals_changed()
         self._gw.audit.record("principal_removed", principal=name)
         return Response(status_code=204)
@@ -162,6 +162,6 @@ class AdminApi:
             return refused
         backend, tool = request.path_params["backend"], request.path_params["tool"]
         if not await self._gw.pins.approve(backend, tool):
-            return _error(404, f"no changed definition of {backend}/{tool} awaits approval")
+            return error_response(404, f"no changed definition of {backend}/{tool} awaits approval")
         self._gw.catalogs[backend].invalidate("tools") if backend in self._gw.catalogs else None
         return JSONResponse({"approved": f"{backend}/{tool}"})

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.admin import AdminApi
+from gateway.admin import AdminApi, error_response
 from policies.auth import AuthError, bearer_token, mint_hs256
 from policies.patterns import CapabilitySet
 
@@ -31,10 +31,6 @@ if TYPE_CHECKING:
 # What a dev token grants when the request names no capabilities: the spec's "start restricted".
 DEV_DEFAULT_CAPABILITIES = ["mcp/proposal:*", "mcp/response:*", "chat"]
 DEV_TOKEN_TTL_S = 3600
-
-
-def _error(status: int, message: str) -> Response:
-    return JSONResponse({"error": message}, status_code=status)
 
 
 class McpxApi:
@@ -57,14 +53,14 @@ class McpxApi:
         try:
             body = orjson.loads(await request.body())
         except orjson.JSONDecodeError:
-            return _error(400, "body is not JSON")
+            return error_response(400, "body is not JSON")
         add = body.get("add", []) if isinstance(body, dict) else None
         remove = body.get("remove", []) if isinstance(body, dict) else None
         if not (isinstance(add, list) and isinstance(remove, list) and all(isinstance(c, str) for c in add + remove)):
-            return _error(400, "body must be {add: [patterns], remove: [patterns]}")
+            return error_response(400, "body must be {add: [patterns], remove: [patterns]}")
         live = self._gw.topics.find(participant_id)
         if not live:
-            return _error(404, f"participant {participant_id!r} is not connected")
+            return error_response(404, f"participant {participant_id!r} is not connected")
         old = live[0][1].capabilities
         # The admin's word replaces any narrowing the token carried: promotion must be able to grant.
         patterns = [p for p in old.patterns if p not in remove] + [p for p in add if p not in old.patterns]
@@ -89,22 +85,22 @@ class McpxApi:
         auth = self._gw.config.auth
         secret = auth.jwt.hs256_secret if auth is not None and auth.jwt is not None else None
         if not self._gw.config.mcpx.dev_tokens or not secret:
-            return _error(404, "dev tokens are off (mcpx.dev_tokens with auth.jwt.hs256_secret)")
+            return error_response(404, "dev tokens are off (mcpx.dev_tokens with auth.jwt.hs256_secret)")
         try:
             body = orjson.loads(await request.body())
         except orjson.JSONDecodeError:
-            return _error(400, "body is not JSON")
+            return error_response(400, "body is not JSON")
         if not isinstance(body, dict):
-            return _error(400, "body must be an object")
+            return error_response(400, "body must be an object")
         participant, topic, capabilities = body.get("participantId"), body.get("topic"), body.get("capabilities")
         if not isinstance(participant, str) or not participant or participant.startswith("system:"):
-            return _error(400, "participantId must be a non-empty string not starting with 'system:'")
+            return error_response(400, "participantId must be a non-empty string not starting with 'system:'")
         if not isinstance(topic, str) or not topic:
-            return _error(400, "topic must be a non-empty string")
+            return error_response(400, "topic must be a non-empty string")
         if capabilities is None:
             capabilities = list(DEV_DEFAULT_CAPABILITIES)
         if not isinstance(capabilities, list) or not all(isinstance(c, str) for c in capabilities):
-            return _error(400, "capabilities must be an array of patterns")
+            return error_response(400, "capabilities must be an array of patterns")
         jwt = auth.jwt  # type: ignore[union-attr]
         claims: dict[str, Any] = {
             jwt.principal_claim: participant,
@@ -131,7 +127,7 @@ class McpxApi:
         try:
             credentials = self._gw.authenticate(request.scope)
         except AuthError as exc:
-            return _error(401, f"Unauthorized: {exc.reason}"), None
+            return error_response(401, f"Unauthorized: {exc.reason}"), None
         return None, credentials.topic
 
     async def list_topics(self, request: Request) -> Response:
@@ -152,7 +148,7 @@ class McpxApi:
         name = request.path_params["topic"]
         topic = self._gw.topics.get(name)
         if topic is None or (bound is not None and bound != name):
-            return _error(404, f"no topic {name!r}")
+            return error_response(404, f"no topic {name!r}")
         return JSONResponse(
             {"topic": name, "participants": [dict(p.entry(), mode=p.mode) for p in topic.participants.values()]}
         )

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from gateway.events import Event
 from policies.chain import Decision, Target
-from policies.globs import matches_any
+from policies.globs import compile_glob, matches_any
 from policies.principal import Principal
 
 SEPARATOR = "/"
@@ -117,6 +117,19 @@ def merge_for_backend(rules: Iterable[ScopeRules]) -> ScopeRules:
     others = [set(rule.whitelist) for rule in sets[1:]]
     whitelist = dict.fromkeys(p for p in sets[0].whitelist if all(p in other for other in others))
     return ScopeRules(tuple(whitelist), tuple(blacklist))
+
+
+def for_feature_set(table: Iterable[tuple[str, Any]], *names: str) -> ScopeRules:
+    """The scope patterns a table keyed by feature-set pattern holds for a feature set known by any
+    of ``names``: every matching entry's patterns, added up (entries need ``whitelist``/``blacklist``)."""
+    white: list[str] = []
+    black: list[str] = []
+    for key, rules in table:
+        match = compile_glob(key, None)
+        if any(match(name) for name in names):
+            white += rules.whitelist
+            black += rules.blacklist
+    return ScopeRules(tuple(white), tuple(black))
 
 
 def to_wire(rules: ScopeRules) -> dict[str, list[str]]:

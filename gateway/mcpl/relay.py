@@ -23,8 +23,8 @@ from gateway.federation import View
 from gateway.mcpl.state import BackendMcpl, McplSession, exposed, resolve
 from gateway.sessions import ClientSession
 from policies.feature_sets import OperatorRules
-from policies.globs import compile_glob, is_literal
-from policies.scopes import SCOPES_POLICY, ScopedCallFacts, ScopeRules, merge_for_backend, to_wire
+from policies.globs import is_literal
+from policies.scopes import SCOPES_POLICY, ScopedCallFacts, ScopeRules, for_feature_set, merge_for_backend, to_wire
 
 if TYPE_CHECKING:
     from gateway.core import Gateway
@@ -52,7 +52,7 @@ class McplRelay:
         self._conversations: OrderedDict[str, str] = OrderedDict()
         self._chunk_routes: dict[tuple[str, str], tuple[BackendConnection, Any]] = {}
         self.last_model: dict[str, Any] | None = None
-        self._operator_cache: dict[str, OperatorRules] = {}
+        self._operator_cache: dict[str | None, OperatorRules] = {}
         self._effective: dict[tuple[str, str], frozenset[str]] = {}
         self.hooks = HookFanout(self)
         self.requests = ServerRequests(self)
@@ -79,10 +79,11 @@ class McplRelay:
         """MCPL host sessions whose view includes ``backend``."""
         return [s for s in self._gw.sessions if not s.closed and s.mcpl is not None and backend in s.view.backends]
 
-    def operator_rules(self, principal: str) -> OperatorRules:
+    def operator_rules(self, principal: str | None) -> OperatorRules:
+        """What the operator lets ``principal``'s hosts enable (None: the default for any principal)."""
         rules = self._operator_cache.get(principal)
         if rules is None:
-            own = self._gw.principals.get(principal)  # the live registry: reloads and the admin API
+            own = self._gw.principals.get(principal) if principal is not None else None  # the live registry
             chosen = own.mcpl.feature_sets if own is not None and own.mcpl.feature_sets is not None else None
             chosen = chosen or self.config.feature_sets
             rules = self._operator_cache[principal] = OperatorRules(chosen.allow, chosen.deny)
@@ -91,14 +92,7 @@ class McplRelay:
     def operator_scopes(self, principal: str, backend: str, feature_set: str) -> ScopeRules:
         own = self._gw.principals.get(principal)
         table = own.mcpl.scopes if own is not None and own.mcpl.scopes is not None else self.config.scopes
-        white: list[str] = []
-        black: list[str] = []
-        for pattern, rules in table.items():
-            match = compile_glob(pattern, None)
-            if match(f"{backend}.{feature_set}") or match(feature_set):
-                white += rules.whitelist
-                black += rules.blacklist
-        return ScopeRules(tuple(white), tuple(black))
+        return for_feature_set(table.items(), f"{backend}.{feature_set}", feature_set)
 
     def host_scopes(self, session: ClientSession, backend: str, feature_set: str) -> ScopeRules:
         if session.mcpl is None:
@@ -108,13 +102,7 @@ class McplRelay:
         if found is not None:
             return found
         # Keys may also be feature-set patterns ("files.*"): their patterns add up.
-        white: list[str] = []
-        black: list[str] = []
-        for key, rules in session.mcpl.scopes.items():
-            if not is_literal(key) and compile_glob(key, None)(name):
-                white += rules.whitelist
-                black += rules.blacklist
-        return ScopeRules(tuple(white), tuple(black))
+        return for_feature_set(((k, r) for k, r in session.mcpl.scopes.items() if not is_literal(k)), name)
 
     def effective(self, session: ClientSession, backend: str) -> frozenset[str]:
         """The feature sets of ``backend`` enabled for ``session``: host enabled ∩ operator allows."""
@@ -138,13 +126,13 @@ class McplRelay:
         """Drop every cached effective set: a selection, an operator rule or a declaration changed."""
         self._effective.clear()
 
-    def can_enable(self, backend: str, feature_set: str) -> bool:
-        """Whether some host of ``backend`` could enable it (the operator allows it its principal)."""
-        sessions = self.sessions_of(backend)
+    def can_enable(self, backend: str, feature_set: str, sessions: list[ClientSession] | None = None) -> bool:
+        """Whether some host of ``backend`` (``sessions``, default: all of them) could enable it: the
+        operator allows it that host's principal, or any principal when there is no host."""
+        if sessions is None:
+            sessions = self.sessions_of(backend)
         if not sessions:
-            return OperatorRules(self.config.feature_sets.allow, self.config.feature_sets.deny).allows(
-                backend, feature_set
-            )
+            return self.operator_rules(None).allows(backend, feature_set)
         return any(self.operator_rules(s.principal.name).allows(backend, feature_set) for s in sessions)
 
     def declared_for(self, view: View) -> dict[str, dict[str, Any]]:
@@ -377,17 +365,21 @@ class McplRelay:
         conn.spawn(conn.notify("inference/chunk", {**params, "requestId": upstream_id}))
 
     async def _rollback(self, session: ClientSession, event: Event) -> dict[str, Any]:
+        """``state/rollback`` goes to the backend owning its feature set, in that backend's name; with
+        no feature set named, to the view's one MCPL backend if there is exactly one."""
         params = event.params
         name = params.get("featureSet")
-        targets = self.resolve_feature_set(session.view, name) if isinstance(name, str) else []
-        if not targets:
-            mcpl_backends = [b for b in session.view.backends if self.is_mcpl(b)]
-            if name is None and len(mcpl_backends) == 1:
-                targets = [(mcpl_backends[0], None)]  # type: ignore[list-item]
-            else:
+        if isinstance(name, str):
+            targets = self.resolve_feature_set(session.view, name)
+            if not targets:
                 raise jsonrpc.RpcError(mcpl.UNKNOWN_FEATURE_SET, "Unknown feature set", {"featureSet": name})
-        backend, own = targets[0]
-        forward = dict(params) if own is None else {**params, "featureSet": own}
+            backend, own = targets[0]
+            forward = {**params, "featureSet": own}
+        else:
+            mcpl_backends = [b for b in session.view.backends if self.is_mcpl(b)]
+            if len(mcpl_backends) != 1:
+                raise jsonrpc.RpcError(mcpl.UNKNOWN_FEATURE_SET, "Unknown feature set", {"featureSet": name})
+            backend, own, forward = mcpl_backends[0], None, params
         response = await self.call_backend(backend, "state/rollback", forward)
         self.audit("relayed", session, backend, "state/rollback", feature_set=own)
         return {**response, "id": event.rpc_id}

@@ -48,11 +48,10 @@ class ServerRequests:
         enabled, or raises the MCPL error (-32001 / -32003 / -32602)."""
         relay = self._relay
         fs = params.get("featureSet")
-        eligible = [
-            s for s in relay.sessions_of(conn.name) if isinstance(fs, str) and fs in relay.effective(s, conn.name)
-        ]
+        sessions = relay.sessions_of(conn.name)
+        eligible = [s for s in sessions if isinstance(fs, str) and fs in relay.effective(s, conn.name)]
         declared = relay.backend(conn.name).feature_sets
-        can = relay.can_enable(conn.name, fs) if isinstance(fs, str) and fs in declared else False
+        can = relay.can_enable(conn.name, fs, sessions) if isinstance(fs, str) and fs in declared else False
         event = adapters.annotate(
             mcp_adapter.decode(
                 {"jsonrpc": "2.0", "id": 0, "method": method, "params": params},
