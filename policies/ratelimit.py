@@ -4,7 +4,8 @@ Every request of a principal takes a token from ``rl:p:{principal}`` (its entry 
 ``rate_limits.principals``, else ``rate_limits.per_principal``; no bucket, no limit). A ``tools/call``
 also takes one from ``rl:t:{principal}:{tool}``, where ``tool`` is the name as the client sees it
 and the bucket is the ``per_tool`` entry whose pattern matches it most specifically (the longest
-pattern not counting ``*``; ``"*"`` matches every tool; on a tie the first in the config wins).
+pattern not counting ``*``; ``"*"`` matches every tool; on a tie the first in the config wins). These
+patterns match bare names, so ``*`` matches any run, ``:`` included (unlike capability patterns).
 
 The tool bucket is taken first: a client hammering one tool past its limit is refused there and
 does not drain the principal bucket its other calls need.
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from gateway.events import Event, Kind
 from policies.chain import Decision, Target
-from policies.patterns import matches
+from policies.patterns import star_glob
 from policies.principal import Principal
 
 if TYPE_CHECKING:  # policies import only gateway.events at run time (DESIGN.md, rooms)
@@ -56,7 +57,10 @@ class RateLimitPolicy:
         self.config = config
         self.bus = bus
         # Most specific first; sorted() is stable, so config order breaks ties.
-        self._tool_patterns = sorted(config.per_tool.items(), key=lambda item: -_specificity(item[0]))
+        self._tool_patterns = [
+            (star_glob(pattern), bucket)
+            for pattern, bucket in sorted(config.per_tool.items(), key=lambda item: -_specificity(item[0]))
+        ]
         # Tool names come from clients: the cache is cleared rather than allowed to grow.
         self._tool_buckets: dict[str, Bucket | None] = {}
         self._last_error_log = -math.inf
@@ -67,7 +71,7 @@ class RateLimitPolicy:
             return self._tool_buckets[tool]
         except KeyError:
             pass
-        bucket = next((b for pattern, b in self._tool_patterns if matches(pattern, tool)), None)
+        bucket = next((b for glob, b in self._tool_patterns if glob(tool)), None)
         if len(self._tool_buckets) >= _TOOL_CACHE_SIZE:
             self._tool_buckets.clear()
         self._tool_buckets[tool] = bucket

@@ -3,41 +3,21 @@
 from __future__ import annotations
 
 import time
-from functools import cache
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.patterns import CapabilitySet, matches
+from tests.security.grammar_model import reference
 
-# ---- the reference model ---------------------------------------------------------------------
-
-
-def glob(pattern: str, text: str) -> bool:
-    """Backtracking glob: ``*`` matches any run of characters (``/`` and ``:`` included), all else is literal."""
-
-    @cache
-    def at(p: int, t: int) -> bool:
-        if p == len(pattern):
-            return t == len(text)
-        if pattern[p] == "*":
-            return any(at(p + 1, k) for k in range(t, len(text) + 1))
-        return t < len(text) and text[t] == pattern[p] and at(p + 1, t + 1)
-
-    return at(0, 0)
-
-
-def reference(pattern: str, action: str) -> bool:
-    if "*" in pattern:
-        return glob(pattern, action)
-    # The documented refinement rule: a pattern without any "*" also covers ACTION:CONTEXT.
-    return action == pattern or action.startswith(pattern + ":")
+# ---- the reference model (tests/security/grammar_model.py, shared with the security suite) -------
 
 
 def test_reference_model_sanity() -> None:
-    assert glob("a*c", "abbbc") and glob("*", "") and glob("**", "x") and not glob("a*c", "abcd")
+    assert reference("a*c", "abbbc") and reference("*", "") and reference("**", "x") and not reference("a*c", "abcd")
     assert reference("x", "x:y") and not reference("x", "xy") and not reference("x*", "y")
+    assert not reference("a*c", "a:c") and reference("a*", "a:c") and not reference("a:b:c", "a:b:c:d")
 
 
 # ---- MCPx §4.1-4.2 examples ------------------------------------------------------------------
@@ -78,7 +58,8 @@ def test_response_tools_call_does_not_match(pattern: str) -> None:
         ("mcp/request:*/list", "mcp/request:resources/list", True),
         ("mcp/request:*/list", "mcp/request:resources/templates/list", True),
         ("mcp/request:*/list", "mcp/request:tools/call", False),
-        ("mcp/request:*/list", "mcp/request:tools/list:x", False),
+        ("mcp/request:*/list", "mcp/request:tools/list:x", True),  # a context narrows the method
+        ("mcp/request:*/list", "mcp/request:tools/call:add/list", False),
         ("mcp/request:*/list", "mcp/response:tools/list", False),
         # No "*": exact, or narrowed by a context.
         ("mcp/request:tools/call", "mcp/request:tools/call:echo", True),
@@ -167,8 +148,10 @@ def test_regex_metacharacters_are_literal(pattern: str, literal: str, not_matche
     assert not CapabilitySet([pattern]).allows(not_matched)
 
 
-def test_star_crosses_slashes_and_colons() -> None:
-    assert matches("a*z", "a/b:c/d:z")
+def test_mid_star_crosses_slashes_but_not_colons() -> None:
+    assert matches("a*z", "a/b/c/d/z")
+    assert not matches("a*z", "a/b:c/d:z")
+    assert matches("a*", "a/b:c/d:z")  # a final star matches the rest
     assert matches("*", "")
     assert matches("*:*", ":")
     assert not matches("*:*", "no-colon")
@@ -198,15 +181,29 @@ def test_matches_agrees_with_reference(pattern: str, action: str) -> None:
 @given(patterns.filter(lambda p: "*" in p), st.data())
 def test_star_substitutions_always_match(pattern: str, data: st.DataObject) -> None:
     pieces = pattern.split("*")
-    fillers = [data.draw(st.text("ab:/.*", max_size=4)) for _ in pieces[1:]]
+    # A mid-pattern star stands for a run without ":"; the final one (if any) for anything.
+    fillers = [data.draw(st.text("ab/.*", max_size=4)) for _ in pieces[1:]]
+    if pattern.endswith("*"):
+        fillers[-1] = data.draw(st.text("ab:/.*", max_size=4))
     action = pieces[0] + "".join(f + p for f, p in zip(fillers, pieces[1:], strict=True))
     assert matches(pattern, action)
 
 
-@given(patterns.filter(lambda p: "*" not in p), st.text(ALPHABET, max_size=6))
-def test_star_free_pattern_covers_any_context(pattern: str, context: str) -> None:
+@given(patterns.filter(lambda p: "*" not in p and p.count(":") < 2), st.text(ALPHABET, max_size=6))
+def test_pattern_naming_no_context_covers_any_context(pattern: str, context: str) -> None:
     assert matches(pattern, pattern)
     assert matches(pattern, f"{pattern}:{context}")
+
+
+@given(
+    st.lists(st.text(ALPHABET.replace("*", ""), max_size=4), min_size=3, max_size=4),
+    st.text(ALPHABET, min_size=1, max_size=6),
+)
+def test_pattern_naming_a_context_covers_only_that_context(pieces: list[str], more: str) -> None:
+    pattern = ":".join(pieces)
+    assert matches(pattern, pattern)
+    assert not matches(pattern, f"{pattern}:{more}")
+    assert not matches(pattern, f"{pattern}{more}")
 
 
 @settings(max_examples=300)
@@ -283,5 +280,5 @@ def test_many_stars_on_a_long_peer_chosen_action_stay_fast() -> None:
     started = time.perf_counter()
     assert not matches("mcp/*:*:*:*:x", action)
     assert not CapabilitySet(["mcp/*:*:*:x", "*a*b*c*"]).allows(action)
-    assert matches("mcp/*:*:*:*:", action)
+    assert matches("mcp/*:*:*:*:*", action)
     assert time.perf_counter() - started < 1.0
