@@ -178,6 +178,10 @@ class Jwt(_Model):
         description="Cap on the capabilities of a JWT whose principal is not listed under principals.",
     )
     leeway_s: float = Field(30.0, ge=0, description="Clock skew tolerated on exp/nbf/iat.")
+    max_token_bytes: int = Field(
+        8192, ge=256, le=65536, description="Longer tokens are refused before any decoding (bounds the cost)."
+    )
+    require_exp: bool = Field(False, description="Refuse tokens without an 'exp' claim (hardening).")
 
 
 class Auth(_Model):

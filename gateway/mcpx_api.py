@@ -22,7 +22,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.admin import AdminApi, error_response
-from policies.auth import AuthError, bearer_token, mint_hs256
+from policies.auth import AuthError, bearer_token
+from policies.jwt import mint_hs256
 from policies.patterns import CapabilitySet
 
 if TYPE_CHECKING:
