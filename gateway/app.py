@@ -17,6 +17,7 @@ from gateway.core import Gateway
 from gateway.federation import View
 from gateway.mcpx_api import McpxApi
 from gateway.transports.mcpx import McpxDoor
+from gateway.transports.origin import OriginGuard, refuse
 from gateway.transports.sse import LegacySseDoor
 from gateway.transports.streamable_http import StreamableHttpDoor
 from gateway.transports.websocket import WebSocketDoor
@@ -33,15 +34,23 @@ class _Asgi:
 
 
 class FastPath:
-    """The hottest exact paths go straight to their door; Starlette's routing and middleware cost
-    several percent of a tools/call round trip and add nothing there (the doors handle errors)."""
+    """The entrance. Every HTTP request and WebSocket handshake first meets the one Host/Origin rule
+    (transports/origin.py), whatever its path. Then the hottest exact paths go straight to their
+    door; Starlette's routing and middleware cost several percent of a tools/call round trip and add
+    nothing there (the doors handle errors)."""
 
-    def __init__(self, app: Starlette, exact: dict[str, Any]) -> None:
+    def __init__(self, app: Starlette, exact: dict[str, Any], guard: OriginGuard) -> None:
         self.app = app
         self.state = app.state
         self._exact = exact
+        self._guard = guard
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            refused = self._guard.check(scope)
+            if refused is not None:
+                await refuse(scope, send, *refused)
+                return
         if scope["type"] == "http":
             handler = self._exact.get(scope["path"])
             if handler is not None:
@@ -109,7 +118,7 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.gateway = gw
-    return FastPath(app, {"/mcp": mcp_fed})
+    return FastPath(app, {"/mcp": mcp_fed}, OriginGuard(gw.config))
 
 
 def front_doors(base: str, config: Config) -> list[str]:

@@ -66,6 +66,7 @@ class Gateway:
         self.principals = PrincipalRegistry(config.principals)
         self.authenticator = Authenticator(config.auth, self.principals)
         self._jwt_cache: dict[str, Credentials] = {}
+        self._principals: dict[Credentials, Principal] = {}
         self.router = Router(self)
         self.mcpl = McplRelay(self)
         self.parking = Parking(config.limits.client_request_timeout_s)
@@ -150,13 +151,30 @@ class Gateway:
         return self.authenticator.authenticate(token)
 
     def principal_of(self, credentials: Credentials) -> Principal:
-        return self.authenticator.principal(credentials)
+        """The principal those credentials stand for now; one object per credentials, so that its
+        capability verdicts stay cached across requests (cleared when principals change)."""
+        principal = self._principals.get(credentials)
+        if principal is None:
+            principal = self.authenticator.principal(credentials)
+            if len(self._principals) >= _JWT_CACHE:
+                self._principals.pop(next(iter(self._principals)))
+            self._principals[credentials] = principal
+        return principal
 
-    def check_same_caller(self, session: ClientSession, scope: dict[str, Any]) -> None:
-        """A session's later requests must come from the principal that opened it."""
+    def caller_of(self, session: ClientSession, scope: dict[str, Any]) -> Principal:
+        """Who sends this request on ``session``, held to the credential it presents (raises AuthError).
+
+        A session is bound to the principal that opened it: another principal, or the same name by
+        another kind of credential, is refused. Authorization then uses what *this* request's
+        credential grants (a JWT claim can only narrow), never what the session was opened with, so
+        a narrower token cannot ride a broader session (security review, issue 10, hole 2).
+        """
         credentials = self.authenticate(scope)
+        if credentials == session.credentials:
+            return session.principal
         if credentials.name != session.credentials.name or credentials.kind != session.credentials.kind:
             raise AuthError("this session belongs to another principal", True)
+        return self.principal_of(credentials)
 
     def open_session(self, transport: str, view: View, credentials: Credentials) -> ClientSession:
         session = self.sessions.create(transport, view, self.principal_of(credentials))
@@ -191,6 +209,7 @@ class Gateway:
     def principals_changed(self) -> None:
         """Re-resolve every live session's principal: runtime changes apply at once."""
         self._jwt_cache.clear()
+        self._principals.clear()
         for session in self.sessions:
             session.principal = self.principal_of(session.credentials)
         self.mcpl.principals_changed()  # what the operator allows changed: backends are told at once

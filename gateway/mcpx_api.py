@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.admin import AdminApi, error_response
+from gateway.transports.http_common import bearer_challenge
 from policies.auth import AuthError, bearer_token
 from policies.jwt import mint_hs256
 from policies.patterns import CapabilitySet
@@ -128,7 +129,9 @@ class McpxApi:
         try:
             credentials = self._gw.authenticate(request.scope)
         except AuthError as exc:
-            return error_response(401, f"Unauthorized: {exc.reason}"), None
+            response = error_response(401, f"Unauthorized: {exc.reason}")
+            response.headers["www-authenticate"] = bearer_challenge(request.scope, exc.reason, exc.error)
+            return response, None
         return None, credentials.topic
 
     async def list_topics(self, request: Request) -> Response:

@@ -32,6 +32,7 @@ from gateway.federation import (
 from gateway.sessions import ClientSession, Outgoing, level_rank
 from gateway.upstreams.connection import BackendConnection
 from policies.chain import Decision, Target
+from policies.principal import Principal
 
 if TYPE_CHECKING:
     from gateway.core import Gateway
@@ -79,7 +80,9 @@ _MAX_INPUT_ROUNDS = 16
 # How long the first requests after start wait for a backend that is still connecting.
 _STARTUP_GRACE_S = 5.0
 
-Handler = Callable[["Router", ClientSession, Event, Channel], Awaitable[dict[str, Any]]]
+# A handler gets the principal of *this* request: on a session, each request is held to the
+# credential it presents (Gateway.caller_of), which may grant less than the one that opened it.
+Handler = Callable[["Router", ClientSession, Event, Channel, Principal], Awaitable[dict[str, Any]]]
 
 
 class PolicyDenied(jsonrpc.RpcError):
@@ -170,9 +173,17 @@ class Router:
     # ================================================================================ client side
 
     async def handle(
-        self, session: ClientSession, message: dict[str, Any], shape: jsonrpc.Shape, channel: Channel
+        self,
+        session: ClientSession,
+        message: dict[str, Any],
+        shape: jsonrpc.Shape,
+        channel: Channel,
+        principal: Principal | None = None,
     ) -> dict[str, Any] | None:
-        """Handle one message from a client; return the response for a request, else None."""
+        """Handle one message from a client; return the response for a request, else None.
+
+        ``principal`` is who sends this message when its door authenticates every request
+        (Streamable HTTP, legacy SSE POSTs); doors that authenticate once per connection omit it."""
         session.touch()
         if shape in (jsonrpc.Shape.RESPONSE, jsonrpc.Shape.ERROR):
             self._client_response(session, message)
@@ -186,7 +197,7 @@ class Router:
                 session.draft = True
             if alias in mcp_draft.LOCAL_METHODS:
                 return self._draft_lifecycle(session, message, alias)
-        response = await self._handle(session, message, shape, channel)
+        response = await self._handle(session, message, shape, channel, principal or session.principal)
         if draft_ack is not None:
             return jsonrpc.result(draft_ack, {})  # the draft acknowledges a cancel sent as a request
         if alias is not None and response is not None:
@@ -201,16 +212,21 @@ class Router:
         return jsonrpc.result(message.get("id"), None) if "id" in message else None
 
     async def _handle(
-        self, session: ClientSession, message: dict[str, Any], shape: jsonrpc.Shape, channel: Channel
+        self,
+        session: ClientSession,
+        message: dict[str, Any],
+        shape: jsonrpc.Shape,
+        channel: Channel,
+        principal: Principal,
     ) -> dict[str, Any] | None:
         event = adapters.annotate(
             mcp_adapter.decode(message, shape, session=session.id, principal=session.principal.name)
         )
         started = time.perf_counter()
-        decision = await self._gw.chain.admit(event, session.principal)
+        decision = await self._gw.chain.admit(event, principal)
         if not decision.allowed:
             self._gw.metrics.observe_request(self._metric_method(event.method), "gateway", decision.outcome, None)
-            self._audit(session, event, decision.outcome, "gateway", started, decision.reason)
+            self.audit(session, event, decision.outcome, "gateway", started, decision.reason)
             if shape is jsonrpc.Shape.NOTIFICATION:
                 log.info("dropped notification %s: %s", event.method, decision.reason)
                 return None
@@ -225,7 +241,7 @@ class Router:
         decided = "allowed"
         reason = None
         try:
-            response = await handler(self, session, event, channel)
+            response = await handler(self, session, event, channel, principal)
             backend = response.pop("_sb_backend", "gateway") if isinstance(response, dict) else "gateway"
             outcome = "error" if "error" in response else "ok"
         except PolicyDenied as denied:
@@ -240,10 +256,10 @@ class Router:
             }.get(exc.code, "error")
         method_label = self._metric_method(event.method)
         self._gw.metrics.observe_request(method_label, backend, outcome, time.perf_counter() - started)
-        self._audit(session, event, decided, backend, started, reason, result=outcome)
+        self.audit(session, event, decided, backend, started, reason, result=outcome)
         return response
 
-    def _audit(
+    def audit(
         self,
         session: ClientSession,
         event: Event,
@@ -274,7 +290,9 @@ class Router:
 
     # ---- local answers -----------------------------------------------------------------------
 
-    async def _initialize(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
+    async def _initialize(
+        self, session: ClientSession, event: Event, channel: Channel, principal: Principal
+    ) -> dict[str, Any]:
         if session.protocol_version is not None:
             raise jsonrpc.RpcError(jsonrpc.INVALID_REQUEST, "Session already initialized")
         params = event.params
@@ -291,14 +309,20 @@ class Router:
         self._gw.mcpl.on_initialize(session, params, result)
         return jsonrpc.result(event.rpc_id, result)
 
-    async def _mcpl(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
+    async def _mcpl(
+        self, session: ClientSession, event: Event, channel: Channel, principal: Principal
+    ) -> dict[str, Any]:
         """MCPL host requests: the gateway is the MCPL server of its hosts (gateway/mcpl/)."""
         return await self._gw.mcpl.on_host_request(session, event, channel)
 
-    async def _ping(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
+    async def _ping(
+        self, session: ClientSession, event: Event, channel: Channel, principal: Principal
+    ) -> dict[str, Any]:
         return jsonrpc.result(event.rpc_id, {})
 
-    async def _set_level(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
+    async def _set_level(
+        self, session: ClientSession, event: Event, channel: Channel, principal: Principal
+    ) -> dict[str, Any]:
         level = event.params.get("level")
         if level not in LOG_LEVELS:
             raise jsonrpc.RpcError(
@@ -329,11 +353,12 @@ class Router:
 
     # ---- lists -------------------------------------------------------------------------------
 
-    async def _list(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
+    async def _list(
+        self, session: ClientSession, event: Event, channel: Channel, principal: Principal
+    ) -> dict[str, Any]:
         kind = LIST_METHODS[event.method or ""]
         offset = _decode_cursor(event.params.get("cursor"))
         merged = await self.merged(session.view, kind)
-        principal = session.principal
         items = merged.items
         if kind == "tools" and self._gw.config.pinning.mode == "enforce":
             # A tool whose definition changed is withheld until an administrator approves it.
@@ -427,7 +452,7 @@ class Router:
             raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, f"Unknown {label}: {exposed}")
         return hit
 
-    async def _resolve_uri(self, view: View, exposed: Any) -> tuple[str, str]:
+    async def resolve_uri(self, view: View, exposed: Any) -> tuple[str, str]:
         if not isinstance(exposed, str) or not exposed:
             raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "params.uri must be a non-empty string")
         found = view.namer.uri_in(exposed)
@@ -451,7 +476,9 @@ class Router:
             raise jsonrpc.RpcError(jsonrpc.RESOURCE_NOT_FOUND, "Resource not found", {"uri": exposed})
         return best[1]
 
-    async def _named_call(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
+    async def _named_call(
+        self, session: ClientSession, event: Event, channel: Channel, principal: Principal
+    ) -> dict[str, Any]:
         kind: ListKind = "tools" if event.method == "tools/call" else "prompts"
         backend, original = await self._resolve_name(session.view, kind, event.params.get("name"))
         params = {**event.params, "name": original}
@@ -460,18 +487,22 @@ class Router:
             item = merged.by_key.get(event.params.get("name")) if merged is not None else None
             # MCPL §7.7: what the scope check needs, only for calls that carry a scope.
             facts = self._gw.mcpl.call_facts(session, backend, event.params) if "scope" in params else None
-            decision = await self._gw.chain.dispatch(event, session.principal, Target(backend, original, item, facts))
+            decision = await self._gw.chain.dispatch(event, principal, Target(backend, original, item, facts))
             if not decision.allowed:
                 raise PolicyDenied(decision, backend)
         if kind == "tools" and "featureSet" in params:
             params = self._gw.mcpl.backend_params(session, backend, params)
         return await self._forward(session, event, backend, params, channel)
 
-    async def _uri_call(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
-        backend, original = await self._resolve_uri(session.view, event.params.get("uri"))
+    async def _uri_call(
+        self, session: ClientSession, event: Event, channel: Channel, principal: Principal
+    ) -> dict[str, Any]:
+        backend, original = await self.resolve_uri(session.view, event.params.get("uri"))
         return await self._forward(session, event, backend, {**event.params, "uri": original}, channel)
 
-    async def _complete(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
+    async def _complete(
+        self, session: ClientSession, event: Event, channel: Channel, principal: Principal
+    ) -> dict[str, Any]:
         ref = event.params.get("ref")
         if not isinstance(ref, dict):
             raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "params.ref must be an object")
@@ -479,7 +510,7 @@ class Router:
             backend, original = await self._resolve_name(session.view, "prompts", ref.get("name"))
             new_ref = {**ref, "name": original}
         elif ref.get("type") == "ref/resource":
-            backend, original = await self._resolve_uri(session.view, ref.get("uri"))
+            backend, original = await self.resolve_uri(session.view, ref.get("uri"))
             new_ref = {**ref, "uri": original}
         else:
             raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, f"Unknown ref type {ref.get('type')!r}")
@@ -500,9 +531,11 @@ class Router:
             else:
                 conn.spawn(conn.request("resources/subscribe", {"uri": uri}, timeout=10.0))
 
-    async def _subscribe(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
+    async def _subscribe(
+        self, session: ClientSession, event: Event, channel: Channel, principal: Principal
+    ) -> dict[str, Any]:
         exposed = event.params.get("uri")
-        backend, original = await self._resolve_uri(session.view, exposed)
+        backend, original = await self.resolve_uri(session.view, exposed)
         key = (backend, original)
         holders = self._subscriptions.get(key)
         if holders:
@@ -523,8 +556,10 @@ class Router:
             session.subscriptions.add(key)
         return response
 
-    async def _unsubscribe(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
-        backend, original = await self._resolve_uri(session.view, event.params.get("uri"))
+    async def _unsubscribe(
+        self, session: ClientSession, event: Event, channel: Channel, principal: Principal
+    ) -> dict[str, Any]:
+        backend, original = await self.resolve_uri(session.view, event.params.get("uri"))
         key = (backend, original)
         session.subscriptions.discard(key)
         holders = self._subscriptions.get(key, set())
@@ -539,7 +574,9 @@ class Router:
             return jsonrpc.result(event.rpc_id, {})
         return await self._forward(session, event, backend, {**event.params, "uri": original}, channel)
 
-    async def _passthrough(self, session: ClientSession, event: Event, channel: Channel) -> dict[str, Any]:
+    async def _passthrough(
+        self, session: ClientSession, event: Event, channel: Channel, principal: Principal
+    ) -> dict[str, Any]:
         """A method the gateway does not interpret goes, untouched, to the one backend that can take it."""
         backends = session.view.backends
         if len(backends) != 1:

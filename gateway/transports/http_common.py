@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
-from urllib.parse import urlsplit
 
 from gateway import jsonrpc
-from gateway.config import Config, is_loopback
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-
-_LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
 
 class BodyTooLarge(Exception):
@@ -78,50 +75,6 @@ async def send_rpc_error(
     await send_bytes(send, status, jsonrpc.dumps(jsonrpc.error(rpc_id, code, message, data)), extra=extra)
 
 
-class OriginGuard:
-    """DNS-rebinding protection: the Host must be one we serve, an Origin (if sent) one we trust."""
-
-    def __init__(self, config: Config) -> None:
-        sec = config.security
-        if sec.allowed_hosts is not None:
-            self._hosts: tuple[str, ...] | None = tuple(h.lower() for h in sec.allowed_hosts)
-        elif is_loopback(config.listen.host):
-            self._hosts = tuple(f"{name}:*" for name in _LOOPBACK_NAMES) + _LOOPBACK_NAMES
-        else:
-            self._hosts = None  # bound to a public address: the Host is whatever the proxy in front says
-        if sec.allowed_origins is not None:
-            self._origins: tuple[str, ...] = tuple(o.lower().rstrip("/") for o in sec.allowed_origins)
-        else:
-            self._origins = tuple(f"{s}://{n}:*" for s in ("http", "https") for n in _LOOPBACK_NAMES) + tuple(
-                f"{s}://{n}" for s in ("http", "https") for n in _LOOPBACK_NAMES
-            )
-
-    @staticmethod
-    def _match(value: str, allowed: tuple[str, ...]) -> bool:
-        for entry in allowed:
-            if entry == "*" or entry == value:
-                return True
-            if entry.endswith(":*"):
-                base = entry[:-2]
-                if value.startswith(base + ":") and value[len(base) + 1 :].isdigit():
-                    return True
-        return False
-
-    def check(self, scope: Scope) -> tuple[int, str] | None:
-        """None if fine, else (HTTP status, reason)."""
-        if self._hosts is not None:
-            host = (header(scope, b"host") or "").lower()
-            if not self._match(host, self._hosts):
-                return 421, f"Invalid Host header: {host!r}"
-        origin = header(scope, b"origin")
-        if origin is not None and origin != "null":
-            parts = urlsplit(origin.lower())
-            normalized = f"{parts.scheme}://{parts.netloc}"
-            if not self._match(normalized, self._origins):
-                return 403, f"Invalid Origin header: {origin!r}"
-        return None
-
-
 def accepts(scope: Scope, *types: str) -> bool:
     value = (header(scope, b"accept") or "").lower()
     if not value or "*/*" in value:
@@ -142,19 +95,36 @@ def drop_hook(scope: Scope) -> Callable[[], None]:
     return task.cancel if task is not None else (lambda: None)
 
 
+_HOST = re.compile(r"[A-Za-z0-9.\-]+(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?")
+
+
 def base_url(scope: Scope) -> str:
-    """This gateway's base URL as the client addressed it (for metadata and WWW-Authenticate)."""
-    host = header(scope, b"host") or "localhost"
+    """This gateway's base URL as the client addressed it (for metadata and WWW-Authenticate).
+
+    The Host is reflected, so it must look like one: behind a public listener no allow-list has
+    vetted it, and a quote in it would break the challenge header it lands in."""
+    host = header(scope, b"host") or ""
+    if not _HOST.fullmatch(host):
+        host = "localhost"
     return f"{scope.get('scheme', 'http')}://{host}{scope.get('root_path', '')}"
 
 
-async def send_unauthorized(send: Send, scope: Scope, reason: str, error: str | None, rpc_id: Any = None) -> None:
-    """401 with the RFC 6750 challenge and, per RFC 9728, where the resource metadata is."""
+def bearer_challenge(scope: Scope, reason: str, error: str | None) -> str:
+    """The RFC 6750 challenge of a 401 and, per RFC 9728, where the resource metadata is."""
     challenge = (
         f'Bearer realm="switchboard", resource_metadata="{base_url(scope)}/.well-known/oauth-protected-resource"'
     )
     if error:
-        challenge += f', error="{error}", error_description="{reason}"'
+        # The reason never echoes the token, but may quote a claim: keep the quoted-string well formed
+        # (RFC 7230 qdtext), or the server would fail to send the header at all.
+        description = "".join(c for c in reason if " " <= c <= "~" and c not in '"\\')
+        challenge += f', error="{error}", error_description="{description}"'
+    return challenge
+
+
+async def send_unauthorized(send: Send, scope: Scope, reason: str, error: str | None, rpc_id: Any = None) -> None:
+    """401 with the RFC 6750 challenge (:func:`bearer_challenge`)."""
+    challenge = bearer_challenge(scope, reason, error)
     await send_rpc_error(
         send, 401, jsonrpc.INVALID_REQUEST, f"Unauthorized: {reason}", rpc_id, extra=[("www-authenticate", challenge)]
     )

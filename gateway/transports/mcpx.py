@@ -24,7 +24,6 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from adapters import mcpx
 from gateway.topics import JoinRefused, Participant, Topic
-from gateway.transports.http_common import OriginGuard
 from policies.auth import AuthError, Credentials, bearer_token
 from policies.chain import Decision
 from policies.patterns import CapabilitySet
@@ -70,7 +69,6 @@ class McpxDoor:
     def __init__(self, gateway: Gateway) -> None:
         self._gw = gateway
         self._cfg = gateway.config.mcpx
-        self._guard = OriginGuard(gateway.config)
         self._queue_size = gateway.config.limits.session_queue
 
     async def _refuse(self, ws: WebSocket, code: int, reason: str) -> None:
@@ -91,10 +89,6 @@ class McpxDoor:
         return capabilities if narrowing is None else capabilities.narrowed(CapabilitySet(narrowing))
 
     async def serve(self, ws: WebSocket) -> None:
-        refused = self._guard.check(ws.scope)
-        if refused is not None:
-            await self._refuse(ws, _POLICY_VIOLATION, refused[1])
-            return
         topic_name = ws.query_params.get("topic", "")
         mode = ws.query_params.get("mode", "all")
         if not _TOPIC_NAME.match(topic_name):

@@ -19,7 +19,6 @@ from gateway.channels import ChannelOverflow, absorb_overflow, guarded_write
 from gateway.transports.http_common import (
     BodyTooLarge,
     ClientGone,
-    OriginGuard,
     Receive,
     Scope,
     Send,
@@ -33,6 +32,7 @@ from gateway.transports.http_common import (
     wait_disconnect,
 )
 from policies.auth import AuthError
+from policies.principal import Principal
 
 if TYPE_CHECKING:
     from gateway.core import Gateway
@@ -53,15 +53,10 @@ class LegacySseDoor:
         self._gw = gateway
         self._view_of = view_of
         self._messages_path = messages_path
-        self._guard = OriginGuard(gateway.config)
         self._limits = gateway.config.limits
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def stream(self, scope: Scope, receive: Receive, send: Send) -> None:
-        refused = self._guard.check(scope)
-        if refused is not None:
-            await send_rpc_error(send, refused[0], jsonrpc.INVALID_REQUEST, refused[1])
-            return
         view = self._view_of(scope)
         if view is None:
             await send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "No such server")
@@ -144,10 +139,6 @@ class LegacySseDoor:
             self._gw.sessions.end(session)
 
     async def messages(self, scope: Scope, receive: Receive, send: Send) -> None:
-        refused = self._guard.check(scope)
-        if refused is not None:
-            await send_rpc_error(send, refused[0], jsonrpc.INVALID_REQUEST, refused[1])
-            return
         if scope["method"] != "POST":
             await send_rpc_error(send, 405, jsonrpc.INVALID_REQUEST, "Method Not Allowed", extra=[("allow", "POST")])
             return
@@ -161,7 +152,7 @@ class LegacySseDoor:
             await send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "Session not found")
             return
         try:
-            self._gw.check_same_caller(session, scope)
+            principal = self._gw.caller_of(session, scope)
         except AuthError as exc:
             await send_unauthorized(send, scope, exc.reason, exc.error)
             return
@@ -183,13 +174,15 @@ class LegacySseDoor:
             await send_rpc_error(send, 400, exc.code, exc.message)
             return
         await send_bytes(send, 202, b"Accepted", content_type="text/plain")
-        task = asyncio.create_task(self._handle(session, message, shape))
+        task = asyncio.create_task(self._handle(session, message, shape, principal))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _handle(self, session: ClientSession, message: dict[str, Any], shape: jsonrpc.Shape) -> None:
+    async def _handle(
+        self, session: ClientSession, message: dict[str, Any], shape: jsonrpc.Shape, principal: Principal
+    ) -> None:
         try:
-            response = await self._gw.router.handle(session, message, shape, session.standalone)
+            response = await self._gw.router.handle(session, message, shape, session.standalone, principal)
         except Exception:
             log.exception("request %s failed inside the gateway", message.get("method"))
             response = jsonrpc.error(message.get("id"), jsonrpc.INTERNAL_ERROR, "Internal error in the gateway")

@@ -21,7 +21,6 @@ from gateway.channels import Channel, ChannelOverflow, absorb_overflow, guarded_
 from gateway.transports.http_common import (
     BodyTooLarge,
     ClientGone,
-    OriginGuard,
     Receive,
     Scope,
     Send,
@@ -36,6 +35,7 @@ from gateway.transports.http_common import (
 )
 from gateway.transports.streamable_http_modern import ModernExchange
 from policies.auth import AuthError
+from policies.principal import Principal
 from policies.ratelimit import RATE_LIMITED
 
 
@@ -73,16 +73,11 @@ class StreamableHttpDoor:
     def __init__(self, gateway: Gateway, view_of: Callable[[Scope], View | None]) -> None:
         self._gw = gateway
         self._view_of = view_of
-        self._guard = OriginGuard(gateway.config)
         self._limits = gateway.config.limits
         self._modern = ModernExchange(gateway, self)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            return
-        refused = self._guard.check(scope)
-        if refused is not None:
-            await send_rpc_error(send, refused[0], jsonrpc.INVALID_REQUEST, refused[1])
             return
         view = self._view_of(scope)
         if view is None:
@@ -114,7 +109,8 @@ class StreamableHttpDoor:
 
     # ---- helpers -----------------------------------------------------------------------------
 
-    async def _session(self, scope: Scope, send: Send, view: View) -> ClientSession | None:
+    async def _session(self, scope: Scope, send: Send, view: View) -> tuple[ClientSession, Principal] | None:
+        """The request's session and its sender, held to the credential this request presents."""
         session_id = header(scope, b"mcp-session-id")
         if not session_id:
             await send_rpc_error(send, 400, jsonrpc.INVALID_REQUEST, "Bad Request: Mcp-Session-Id header is required")
@@ -124,7 +120,7 @@ class StreamableHttpDoor:
             await send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "Session not found")
             return None
         try:
-            self._gw.check_same_caller(session, scope)
+            principal = self._gw.caller_of(session, scope)
         except AuthError as exc:
             await send_unauthorized(send, scope, exc.reason, exc.error)
             return None
@@ -132,7 +128,7 @@ class StreamableHttpDoor:
         if version is not None and version != session.protocol_version and version not in self._gw.legacy_versions:
             await send_rpc_error(send, 400, jsonrpc.INVALID_REQUEST, f"Unsupported MCP-Protocol-Version: {version}")
             return None
-        return session
+        return session, principal
 
     # ---- POST --------------------------------------------------------------------------------
 
@@ -200,26 +196,33 @@ class StreamableHttpDoor:
                 await send_unauthorized(send, scope, exc.reason, exc.error, message["id"])
                 return
             session = self._gw.open_session(TRANSPORT, view, credentials)
+            principal = session.principal
             extra.append(("mcp-session-id", session.id))
         else:
             found = await self._session(scope, send, view)
             if found is None:
                 return
-            session = found
+            session, principal = found
         if shape is not jsonrpc.Shape.REQUEST:
-            await self._gw.router.handle(session, message, shape, session.standalone)
+            await self._gw.router.handle(session, message, shape, session.standalone, principal)
             await send_bytes(send, 202, b"")
             return
-        await self._request(scope, receive, send, session, message, extra)
+        await self._request(scope, receive, send, session, message, extra, principal=principal)
 
     async def _batch(self, scope: Scope, send: Send, view: View, batch: list[Any]) -> None:
         """JSON-RPC batches (allowed by 2025-03-26 only): answered together as one JSON array."""
         if not batch:
             await send_rpc_error(send, 400, jsonrpc.INVALID_REQUEST, "Invalid Request: empty batch")
             return
-        session = await self._session(scope, send, view)
-        if session is None:
+        if len(batch) > self._limits.max_inflight_per_session:
+            # Its items run concurrently: a batch may not be more than a session may have in flight.
+            limit = self._limits.max_inflight_per_session
+            await send_rpc_error(send, 400, jsonrpc.INVALID_REQUEST, f"Invalid Request: batch over {limit} items")
             return
+        found = await self._session(scope, send, view)
+        if found is None:
+            return
+        session, principal = found
 
         async def one(item: Any) -> dict[str, Any] | None:
             try:
@@ -228,7 +231,7 @@ class StreamableHttpDoor:
                 return jsonrpc.error_from(None, exc)
             if shape is jsonrpc.Shape.REQUEST and item["method"] == "initialize":
                 return jsonrpc.error(item["id"], jsonrpc.INVALID_REQUEST, "initialize cannot be batched")
-            return await self._gw.router.handle(session, item, shape, session.standalone)
+            return await self._gw.router.handle(session, item, shape, session.standalone, principal)
 
         answers = [a for a in await asyncio.gather(*(one(i) for i in batch)) if a is not None]
         if answers:
@@ -246,6 +249,7 @@ class StreamableHttpDoor:
         extra: list[tuple[str, str]],
         finish: Callable[[dict[str, Any]], tuple[int, dict[str, Any]]] | None = None,
         cancel_on_disconnect: bool = False,
+        principal: Principal | None = None,
     ) -> None:
         """Run the call in this task. Only if something precedes the result does a writer task
         start an SSE response (at once, so nothing is buffered); otherwise the answer is JSON.
@@ -274,7 +278,7 @@ class StreamableHttpDoor:
 
         channel.on_first_push = start_streaming
         try:
-            response = await self._gw.router.handle(session, message, jsonrpc.Shape.REQUEST, channel)
+            response = await self._gw.router.handle(session, message, jsonrpc.Shape.REQUEST, channel, principal)
         except asyncio.CancelledError:
             if gone is None or not gone.done() or gone.cancelled():
                 raise
@@ -400,9 +404,10 @@ class StreamableHttpDoor:
         if not accepts(scope, "text/event-stream"):
             await send_rpc_error(send, 406, jsonrpc.INVALID_REQUEST, "Accept must list text/event-stream")
             return
-        session = await self._session(scope, send, view)
-        if session is None:
+        found = await self._session(scope, send, view)
+        if found is None:
             return
+        session = found[0]
         last_event_id = header(scope, b"last-event-id")
         if last_event_id:
             stream_id, _, seq_text = last_event_id.rpartition("-")
@@ -433,10 +438,10 @@ class StreamableHttpDoor:
     # ---- DELETE ------------------------------------------------------------------------------
 
     async def _delete(self, scope: Scope, send: Send, view: View) -> None:
-        session = await self._session(scope, send, view)
-        if session is None:
+        found = await self._session(scope, send, view)
+        if found is None:
             return
-        self._gw.sessions.end(session)
+        self._gw.sessions.end(found[0])
         await send_bytes(send, 200, b"")
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from adapters import mcp_modern
 from gateway import jsonrpc, sse
 from gateway.channels import ChannelOverflow, guarded_write
+from gateway.listen import REFUSED_META_KEY, ListenAdmission
 from gateway.sessions import ClientSession
 from gateway.transports.http_common import (
     Receive,
@@ -52,11 +53,6 @@ _STATUS = {
     jsonrpc.METHOD_NOT_FOUND: 404,
     RATE_LIMITED: 429,
 }
-_LIST_FILTERS = {
-    "toolsListChanged": "notifications/tools/list_changed",
-    "promptsListChanged": "notifications/prompts/list_changed",
-    "resourcesListChanged": "notifications/resources/list_changed",
-}
 
 
 def _headers(scope: Scope) -> dict[str, str]:
@@ -67,6 +63,7 @@ class ModernExchange:
     def __init__(self, gateway: Gateway, door: StreamableHttpDoor) -> None:
         self._gw = gateway
         self._door = door
+        self._listen_admission = ListenAdmission(gateway.chain, gateway.router)
 
     async def handle(
         self, scope: Scope, receive: Receive, send: Send, view: View, message: dict[str, Any], shape: jsonrpc.Shape
@@ -176,31 +173,18 @@ class ModernExchange:
         subscription id (the listen request's id). It replaces the legacy GET stream and
         resources/subscribe."""
         rpc_id = message["id"]
-        params = message.get("params") or {}
-        wanted = params.get("notifications")
-        if not isinstance(wanted, dict):
-            await send_rpc_error(send, 400, jsonrpc.INVALID_PARAMS, "params.notifications must be an object", rpc_id)
-            return
-        honored: dict[str, Any] = {k: True for k in _LIST_FILTERS if wanted.get(k) is True}
-        methods = {_LIST_FILTERS[k] for k in honored}
-        uris = wanted.get("resourceSubscriptions")
         listener = self._gw.open_session(LISTEN_TRANSPORT, view, credentials)
         listener.protocol_version = envelope.version
         listener.client_capabilities = envelope.capabilities
         listener.initialized = True
         listener.mrtr = True
-        router = self._gw.router
-        if isinstance(uris, list) and all(isinstance(u, str) for u in uris):
-            subscribed = []
-            for uri in uris:
-                try:
-                    backend, original = await router._resolve_uri(view, uri)
-                except jsonrpc.RpcError:
-                    continue
-                router.add_subscription(listener, backend, original)
-                subscribed.append(uri)
-            honored["resourceSubscriptions"] = subscribed
-            methods.add("notifications/resources/updated")
+        try:
+            grant = await self._listen_admission.admit(listener, listener.principal, message)
+        except jsonrpc.RpcError as exc:
+            self._gw.sessions.end(listener)
+            await send_rpc_error(send, _STATUS.get(exc.code, 200), exc.code, exc.message, rpc_id, data=exc.data)
+            return
+        methods = grant.methods
         channel = listener.standalone
         channel.attached = True
         channel.on_overflow = drop_hook(scope)
@@ -214,8 +198,9 @@ class ModernExchange:
                     "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform")],
                 }
             )
+            ack_meta: dict[str, Any] = {**meta, REFUSED_META_KEY: grant.refused} if grant.refused else meta
             ack = jsonrpc.notification(
-                "notifications/subscriptions/acknowledged", {"notifications": honored, "_meta": meta}
+                "notifications/subscriptions/acknowledged", {"notifications": grant.honored, "_meta": ack_meta}
             )
             await send({"type": "http.response.body", "body": sse.encode(jsonrpc.dumps(ack)), "more_body": True})
             after = channel.last_seq

@@ -13,7 +13,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from gateway.channels import ChannelOverflow, absorb_overflow
 from gateway.transports.framed import handle_frame, pump_out
-from gateway.transports.http_common import OriginGuard
+from gateway.transports.http_common import bearer_challenge
 from policies.auth import AuthError
 
 if TYPE_CHECKING:
@@ -33,14 +33,12 @@ class WebSocketDoor:
     def __init__(self, gateway: Gateway, view_of: Callable[[dict[str, Any]], View | None]) -> None:
         self._gw = gateway
         self._view_of = view_of
-        self._guard = OriginGuard(gateway.config)
         self._limits = gateway.config.limits
 
     async def serve(self, ws: WebSocket) -> None:
-        refused = self._guard.check(ws.scope)
         view = self._view_of(ws.scope)
-        if refused is not None or view is None:
-            await ws.close(code=_POLICY_VIOLATION, reason=refused[1] if refused else "No such server")
+        if view is None:
+            await ws.close(code=_POLICY_VIOLATION, reason="No such server")
             return
         if self._gw.sessions.full():
             await ws.close(code=_TRY_AGAIN_LATER, reason="Too many sessions")
@@ -50,7 +48,7 @@ class WebSocketDoor:
         except AuthError as exc:
             # Refused before the upgrade: a real 401 where the server can send one, else a close.
             if "websocket.http.response" in ws.scope.get("extensions", {}):
-                challenge = 'Bearer realm="switchboard"' + (f', error="{exc.error}"' if exc.error else "")
+                challenge = bearer_challenge(ws.scope, exc.reason, exc.error)
                 await ws.send_denial_response(
                     JSONResponse(
                         {"error": f"Unauthorized: {exc.reason}"},

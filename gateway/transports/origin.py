@@ -1,0 +1,111 @@
+"""One Host/Origin rule for every door (DNS rebinding and cross-site requests), applied at the entrance.
+
+Browsers let any web page send requests to a gateway on the user's loopback: a WebSocket has no
+CORS preflight, a ``text/plain``-free POST has none either, and a page can make its own origin
+``null`` (sandboxed iframes, ``data:`` URLs). So the rule runs once, in front of the router, for
+every HTTP request and WebSocket handshake, whatever the path (security review, issue 10, hole 1):
+
+- ``Host`` must be one we serve: by default the loopback names when bound to loopback (any port);
+  anything when bound elsewhere (a proxy in front decides), unless ``security.allowed_hosts`` says.
+- ``Origin``, when sent, must be allowed: by default ``http(s)://`` + a loopback name, any port.
+  ``null`` (an opaque origin) is refused unless an operator lists the literal ``null``; ``*`` allows
+  every real origin but never ``null``.
+- A request with two ``Host`` or two ``Origin`` headers is refused: front proxies disagree on which
+  one counts, and the disagreement is the attack.
+
+Clients that are not browsers send no Origin and are unaffected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from gateway import jsonrpc
+from gateway.config import Config, is_loopback
+
+Scope = dict[str, Any]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+_LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+NULL_ORIGIN = "null"
+
+
+class OriginGuard:
+    """The rule, as a pure check of a scope's headers."""
+
+    def __init__(self, config: Config) -> None:
+        sec = config.security
+        if sec.allowed_hosts is not None:
+            self._hosts: tuple[str, ...] | None = tuple(h.lower() for h in sec.allowed_hosts)
+        elif is_loopback(config.listen.host):
+            self._hosts = tuple(f"{name}:*" for name in _LOOPBACK_NAMES) + _LOOPBACK_NAMES
+        else:
+            self._hosts = None  # bound to a public address: the Host is whatever the proxy in front says
+        if sec.allowed_origins is not None:
+            self._origins: tuple[str, ...] = tuple(o.lower().rstrip("/") for o in sec.allowed_origins)
+        else:
+            self._origins = tuple(f"{s}://{n}:*" for s in ("http", "https") for n in _LOOPBACK_NAMES) + tuple(
+                f"{s}://{n}" for s in ("http", "https") for n in _LOOPBACK_NAMES
+            )
+        self._null_allowed = NULL_ORIGIN in self._origins
+        self._real_origins = tuple(o for o in self._origins if o != NULL_ORIGIN)
+
+    @staticmethod
+    def _match(value: str, allowed: tuple[str, ...]) -> bool:
+        for entry in allowed:
+            if entry == "*" or entry == value:
+                return True
+            if entry.endswith(":*"):
+                base = entry[:-2]
+                if value.startswith(base + ":") and value[len(base) + 1 :].isdigit():
+                    return True
+        return False
+
+    def check(self, scope: Scope) -> tuple[int, str] | None:
+        """None if fine, else (HTTP status, reason)."""
+        hosts: list[bytes] = []
+        origins: list[bytes] = []
+        for name, value in scope["headers"]:
+            if name == b"host":
+                hosts.append(value)
+            elif name == b"origin":
+                origins.append(value)
+        if len(hosts) > 1 or len(origins) > 1:
+            return 400, "More than one Host or Origin header"
+        if self._hosts is not None:
+            host = hosts[0].decode("latin-1").lower() if hosts else ""
+            if not self._match(host, self._hosts):
+                return 421, f"Invalid Host header: {host!r}"
+        if origins:
+            return self._check_origin(origins[0].decode("latin-1").strip().lower())
+        return None
+
+    def _check_origin(self, origin: str) -> tuple[int, str] | None:
+        if origin == NULL_ORIGIN:
+            return None if self._null_allowed else (403, "Origin 'null' is not allowed")
+        try:
+            parts = urlsplit(origin)
+        except ValueError:
+            return 403, f"Invalid Origin header: {origin!r}"
+        # An Origin is scheme://host[:port]; userinfo never appears in one, so "@" is a trick.
+        if not parts.scheme or not parts.netloc or "@" in parts.netloc:
+            return 403, f"Invalid Origin header: {origin!r}"
+        if not self._match(f"{parts.scheme}://{parts.netloc}", self._real_origins):
+            return 403, f"Invalid Origin header: {origin!r}"
+        return None
+
+
+async def refuse(scope: Scope, send: Send, status: int, reason: str) -> None:
+    """Answer a refused HTTP request or WebSocket handshake with ``status`` and a JSON-RPC error."""
+    body = jsonrpc.dumps(jsonrpc.error(None, jsonrpc.INVALID_REQUEST, reason))
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if scope["type"] == "http":
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+    elif "websocket.http.response" in scope.get("extensions", {}):
+        await send({"type": "websocket.http.response.start", "status": status, "headers": headers})
+        await send({"type": "websocket.http.response.body", "body": body})
+    else:
+        await send({"type": "websocket.close", "code": 1008, "reason": reason[:120]})
