@@ -191,6 +191,15 @@ class JwtVerifier:
 
     def verify(self, token: str) -> dict[str, Any]:
         """The token's claims, once its form, signature and registered claims check out."""
+        try:
+            return self._verify(token)
+        except TokenError:
+            raise
+        except Exception as exc:  # defense in depth: no token may ever become a 500
+            log.warning("JWT refused by an unexpected %s: %s", type(exc).__name__, exc)
+            raise TokenError("malformed token") from None
+
+    def _verify(self, token: str) -> dict[str, Any]:
         if len(token) > self.config.max_token_bytes:
             raise TokenError(f"token longer than {self.config.max_token_bytes} bytes")
         segments = token.split(".")
