@@ -33,7 +33,9 @@ def annotate(event: Event) -> None:
     if event.method != "tools/call":
         return
     params = event.params
-    if params.get("name") in HANDSHAKE_TOOLS:
+    name = params.get("name")
+    # A client's tool name may be any JSON value; only a string can be a handshake tool (and be hashed).
+    if isinstance(name, str) and name in HANDSHAKE_TOOLS:
         event.facets["mcpc"] = {"handshake": True}
         return
     arguments = params.get("arguments")

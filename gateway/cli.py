@@ -122,6 +122,7 @@ async def _serve(config: Config, config_path: str | None = None) -> int:
 
     from gateway.app import build_app, front_doors
     from gateway.transports.coalesce import CoalescingHttpToolsProtocol
+    from gateway.transports.ws_server import SafeWebSocketProtocol
 
     sock = socket.socket(socket.AF_INET6 if ":" in config.listen.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -143,7 +144,7 @@ async def _serve(config: Config, config_path: str | None = None) -> int:
             server_header=False,
             loop="none",
             http=CoalescingHttpToolsProtocol,
-            ws="websockets-sansio",
+            ws=SafeWebSocketProtocol,
             lifespan="on",
             timeout_graceful_shutdown=5,
             ws_max_size=config.limits.max_message_bytes,

@@ -452,7 +452,7 @@ def parse_config(text: str, file: str = "<config>", environ: dict[str, str] | No
         raw = expand_env(raw, environ)
     except KeyError as exc:
         path, _, reason = str(exc.args[0]).partition(": ")
-        loc = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\[\]]+", path) if p)
+        loc = tuple(int(p) if p.isascii() and p.isdigit() else p for p in re.split(r"[.\[\]]+", path) if p)
         raise ConfigError([ConfigIssue(file, _line_of(root, loc), path, reason)]) from None
     try:
         return Config.model_validate(raw)

@@ -6,6 +6,8 @@ round-trips unknown fields (extensions ride on them) without a schema in the way
 
 from __future__ import annotations
 
+import json
+import math
 from enum import StrEnum
 from typing import Any
 
@@ -67,7 +69,26 @@ class Shape(StrEnum):
 
 
 def dumps(message: Any) -> bytes:
-    return orjson.dumps(message)
+    try:
+        return orjson.dumps(message)
+    except orjson.JSONEncodeError as exc:
+        # orjson refuses integers beyond 64 bits, which a peer may send (JSON numbers are unbounded) or a
+        # tool may compute. Writing them exactly is valid JSON; refusing would turn an answer into a 500.
+        try:
+            return json.dumps(_finite(message), separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+        except (TypeError, ValueError, RecursionError):
+            raise exc from None
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with non-finite floats as null, as orjson writes them (the standard library would write NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def loads(data: bytes | str) -> Any:

@@ -139,7 +139,7 @@ def _decode_cursor(cursor: Any) -> int:
     try:
         text = base64.urlsafe_b64decode(str(cursor).encode()).decode()
         tag, _, offset = text.partition(":")
-        if tag == "sb1" and offset.isdigit():
+        if tag == "sb1" and offset.isascii() and offset.isdigit():
             return int(offset)
     except (binascii.Error, UnicodeDecodeError, ValueError):
         pass
@@ -208,7 +208,7 @@ class Router:
         """``shutdown`` is answered with null; ``exit`` ends the session (the draft's lifecycle)."""
         if alias == "exit":
             self._gw.sessions.end(session)
-            return None
+            return jsonrpc.result(message["id"], None) if "id" in message else None
         return jsonrpc.result(message.get("id"), None) if "id" in message else None
 
     async def _handle(
@@ -836,7 +836,10 @@ class Router:
             session.initialized = True
             return
         if method == "notifications/cancelled":
-            entry = session.inflight.get(params.get("requestId"))
+            request_id = params.get("requestId")
+            # Any JSON value may arrive; only a string or number can name a request (or be hashed).
+            hashable = isinstance(request_id, (str, int, float)) and not isinstance(request_id, bool)
+            entry = session.inflight.get(request_id) if hashable else None
             if entry is not None:
                 conn, pending = entry
                 reason = params.get("reason")

@@ -33,7 +33,7 @@ def header(scope: Scope, name: bytes) -> str | None:
 
 
 async def read_body(receive: Receive, limit: int, declared: str | None) -> bytes:
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge
     chunks: list[bytes] = []
     size = 0

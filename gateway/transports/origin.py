@@ -59,7 +59,8 @@ class OriginGuard:
                 return True
             if entry.endswith(":*"):
                 base = entry[:-2]
-                if value.startswith(base + ":") and value[len(base) + 1 :].isdigit():
+                port = value[len(base) + 1 :]
+                if value.startswith(base + ":") and port.isascii() and port.isdigit():
                     return True
         return False
 

@@ -305,11 +305,13 @@ class StreamableHttpDoor:
                 gone.cancel()
             channel.close()
             channel.attached = False
-            if response is not None:
-                try:
+            try:
+                if response is not None:
                     await send_bytes(send, status, jsonrpc.dumps(response), extra=extra)
-                except OSError:
-                    pass  # the client left; the answer has nowhere to go
+                else:  # the request ended the session (the draft's exit): nothing to answer but receipt
+                    await send_bytes(send, 202, b"", extra=extra)
+            except OSError:
+                pass  # the client left; the answer has nowhere to go
             return
         if response is not None:
             channel.push(response)
@@ -412,7 +414,12 @@ class StreamableHttpDoor:
         if last_event_id:
             stream_id, _, seq_text = last_event_id.rpartition("-")
             channel = session.find_stream(stream_id)
-            if channel is None or not seq_text.isdigit() or not channel.can_resume(int(seq_text)):
+            # isascii(): "²".isdigit() is true, but int() refuses it.
+            if (
+                channel is None
+                or not (seq_text.isascii() and seq_text.isdigit())
+                or not channel.can_resume(int(seq_text))
+            ):
                 await send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "Cannot resume: unknown or expired event id")
                 return
             after = int(seq_text)

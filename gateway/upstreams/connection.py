@@ -51,6 +51,11 @@ State = Literal["connecting", "ready", "down", "closed"]
 Era = Literal["legacy", "modern"]
 
 
+def _is_key(value: Any) -> bool:
+    """Whether a peer's id or token can name one of our requests (and be looked up at all)."""
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+
+
 class CallOwner(Protocol):
     """Where the messages related to one forwarded call go (the calling client's stream)."""
 
@@ -507,13 +512,21 @@ class BackendConnection:
         method = message.get("method")
         if method is None:
             rpc_id = message.get("id")
+            if rpc_id is not None and not _is_key(rpc_id):
+                # An id that is an array or object can match no request of ours (and cannot be looked up):
+                # dropped here, or the TypeError would end the carrier's reader, i.e. the whole connection.
+                log.warning("backend %s answered with an id that is no string or number: %.200r", self.name, rpc_id)
+                return
             pending = self._pending.pop(rpc_id, None)
-            if pending is None and isinstance(rpc_id, str) and rpc_id.isdigit():
+            if pending is None and isinstance(rpc_id, str) and rpc_id.isascii() and rpc_id.isdigit():
                 pending = self._pending.pop(int(rpc_id), None)  # a backend that stringified our id
             if pending is not None and not pending.future.done():
                 pending.future.set_result(message)
             elif pending is None:
                 log.debug("backend %s answered unknown id %r", self.name, rpc_id)
+            return
+        if not isinstance(method, str):
+            log.warning("backend %s sent a message whose method is no string: %.200r", self.name, method)
             return
         owner = self._owner_of(related)
         if "id" in message:
@@ -549,7 +562,8 @@ class BackendConnection:
         params = message.get("params")
         if not isinstance(params, dict):
             return
-        pending = self._pending.get(params.get("progressToken"))
+        token = params.get("progressToken")
+        pending = self._pending.get(token) if _is_key(token) else None
         if pending is None or pending.owner is None or pending.client_token is _MISSING:
             return  # progress for a call that ended, or one the gateway made itself
         pending.owner.deliver({**message, "params": {**params, "progressToken": pending.client_token}})

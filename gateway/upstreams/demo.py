@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway import jsonrpc
 from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
+
+log = logging.getLogger(__name__)
 
 SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 _LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
@@ -69,7 +72,8 @@ class DemoServer:
     async def handle(self, message: dict[str, Any], emit: Emit) -> dict[str, Any] | None:
         method = message.get("method")
         rpc_id = message.get("id")
-        params = message.get("params") or {}
+        params = message.get("params")
+        params = params if isinstance(params, dict) else {}
         try:
             match method:
                 case "initialize":
@@ -108,7 +112,10 @@ class DemoServer:
                 case "prompts/get":
                     if params.get("name") != "greet":
                         raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, f"unknown prompt {params.get('name')!r}")
-                    who = (params.get("arguments") or {}).get("name", "there")
+                    arguments = params.get("arguments") or {}
+                    if not isinstance(arguments, dict):
+                        raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "prompt arguments must be an object")
+                    who = arguments.get("name", "there")
                     value = {
                         "description": "A greeting",
                         "messages": [{"role": "user", "content": {"type": "text", "text": f"Say hello to {who}."}}],
@@ -124,6 +131,8 @@ class DemoServer:
     async def _call(self, rpc_id: Any, params: dict[str, Any], emit: Emit) -> dict[str, Any]:
         name = params.get("name")
         args = params.get("arguments") or {}
+        if not isinstance(args, dict):
+            return _tool_error("arguments must be an object")
         if name == "echo":
             text = args.get("text")
             if not isinstance(text, str):
@@ -136,11 +145,19 @@ class DemoServer:
             total = a + b
             return {"content": [{"type": "text", "text": str(total)}], "structuredContent": {"sum": total}}
         if name == "slow_count":
-            n = int(args.get("n", 5))
-            delay = float(args.get("delay_s", 0.2))
-            if not 1 <= n <= 1000 or not 0 <= delay <= 10:
+            n, delay = args.get("n", 5), args.get("delay_s", 0.2)
+            if (
+                not isinstance(n, (int, float))
+                or isinstance(n, bool)
+                or not isinstance(delay, (int, float))
+                or isinstance(delay, bool)
+                or not 1 <= n <= 1000
+                or not 0 <= delay <= 10
+            ):
                 return _tool_error("slow_count needs 1 <= n <= 1000 and 0 <= delay_s <= 10")
-            token = (params.get("_meta") or {}).get("progressToken")
+            n = int(n)
+            meta = params.get("_meta")
+            token = meta.get("progressToken") if isinstance(meta, dict) else None
             for i in range(1, n + 1):
                 await asyncio.sleep(delay)
                 if _LEVELS.index(self._level) <= _LEVELS.index("info"):
@@ -187,8 +204,10 @@ class BuiltinCarrier(Carrier):
     async def send(self, message: dict[str, Any], headers: Mapping[str, str] | None = None) -> None:
         if self._inbound is None or self._closed.is_set():
             raise CarrierClosed("closed")
-        if message.get("method") == "notifications/cancelled":
-            task = self._tasks.get((message.get("params") or {}).get("requestId"))
+        if message.get("method") == "notifications/cancelled" and "id" not in message:
+            params = message.get("params")
+            request_id = params.get("requestId") if isinstance(params, dict) else None
+            task = self._tasks.get(request_id) if isinstance(request_id, (str, int, float)) else None
             if task is not None:
                 task.cancel()
             return
@@ -203,10 +222,16 @@ class BuiltinCarrier(Carrier):
     async def _run(self, message: dict[str, Any]) -> None:
         assert self._inbound
         inbound = self._inbound
+        rpc_id = message.get("id")
         with contextlib.suppress(asyncio.CancelledError):
-            reply = await self._server.handle(message, inbound)
+            try:
+                reply = await self._server.handle(message, inbound)
+            except Exception:
+                # A real server answers a request it choked on; so does this one, or the call would hang.
+                log.exception("demo backend failed on %s", message.get("method"))
+                reply = None if rpc_id is None else jsonrpc.error(rpc_id, jsonrpc.INTERNAL_ERROR, "demo backend error")
             if reply is not None:
-                inbound(reply, message.get("id"))
+                inbound(reply, rpc_id)
 
     async def wait_closed(self) -> str:
         await self._closed.wait()
