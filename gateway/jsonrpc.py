@@ -94,9 +94,21 @@ def _finite(value: Any) -> Any:
 def loads(data: bytes | str) -> Any:
     """Parse JSON; raises RpcError(-32700) on malformed input."""
     try:
-        return orjson.loads(data)
+        message = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise RpcError(PARSE_ERROR, f"Parse error: {exc}") from None
+    items = message if isinstance(message, list) else (message,)
+    if any(isinstance(m, dict) and _lossy(m.get("id")) for m in items):
+        # orjson reads integers beyond 64 bits as floats; an id must come back exactly as sent.
+        try:
+            return json.loads(data)
+        except (ValueError, RecursionError):
+            pass  # deeper than the stdlib parser goes: keep orjson's reading
+    return message
+
+
+def _lossy(value: Any) -> bool:
+    return isinstance(value, float) and value.is_integer() and abs(value) >= 2**63
 
 
 def valid_id(value: Any) -> bool:

@@ -240,3 +240,12 @@ def test_gateway_codes_are_in_the_server_error_range() -> None:
     ):
         assert -32099 <= code <= -32000
     assert jsonrpc.CAPABILITY_DENIED == -32093
+
+
+def test_ids_beyond_64_bits_come_back_exactly() -> None:
+    big = 123456789012345678901234567890
+    message = jsonrpc.loads(f'{{"jsonrpc":"2.0","id":{big},"method":"ping"}}'.encode())
+    assert message["id"] == big and isinstance(message["id"], int)
+    assert jsonrpc.loads(f'[{{"jsonrpc":"2.0","id":{-big},"method":"ping"}}]'.encode())[0]["id"] == -big
+    deep = f'{{"jsonrpc":"2.0","id":{big},"method":"x","params":{{"a":' + "[" * 1010 + "]" * 1010 + "}}"
+    assert isinstance(jsonrpc.loads(deep.encode())["params"]["a"], list)  # past the stdlib's depth: still parsed
