@@ -13,6 +13,13 @@ from gateway.events import Dialect, Event, Kind
 
 LEGACY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST_LEGACY = LEGACY_VERSIONS[-1]
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+# Which client capability a server's request to the client needs.
+CLIENT_CAPABILITY_OF = {
+    "sampling/createMessage": "sampling",
+    "elicitation/create": "elicitation",
+    "roots/list": "roots",
+}
 
 _SHAPE_KIND = {
     jsonrpc.Shape.REQUEST: Kind.REQUEST,

@@ -14,12 +14,19 @@ from gateway import __version__
 from gateway.audit import AuditLog
 from gateway.bus import Bus, make_bus
 from gateway.config import Config
+from gateway.eras import EraBridge
 from gateway.federation import BackendCatalog, Namer, View
 from gateway.mcpl import McplRelay
 from gateway.mcpx_bridge import BackendParticipants
 from gateway.metrics import Metrics
 from gateway.mrtr import Parking
-from gateway.router import Router
+from gateway.routing import Router
+from gateway.routing.backend_events import BackendEvents
+from gateway.routing.catalog import Catalog
+from gateway.routing.client_messages import ClientMessages
+from gateway.routing.forwarding import Forwarder
+from gateway.routing.levels import BackendLevels
+from gateway.routing.subscriptions import Subscriptions
 from gateway.sessions import ClientSession, SessionStore
 from gateway.topics import TopicHub
 from gateway.transports.http_common import header
@@ -67,29 +74,53 @@ class Gateway:
         self.authenticator = Authenticator(config.auth, self.principals)
         self._jwt_cache: dict[str, Credentials] = {}
         self._principals: dict[Credentials, Principal] = {}
-        self.router = Router(self)
-        self.mcpl = McplRelay(self)
-        self.parking = Parking(config.limits.client_request_timeout_s)
         self.sessions = SessionStore(config.limits, self._session_ended)
+        self.parking = Parking(config.limits.client_request_timeout_s)
+        self.mcpl = McplRelay(self)
         names = tuple(config.backends)
         fed = config.federation
         self.federated = View("*", names, Namer(fed.prefix, fed.separator, names))
         self.single: dict[str, View] = {n: View(n, (n,), Namer("never", fed.separator, (n,))) for n in names}
         self.catalogs = {n: BackendCatalog(n, fed.list_cache_s) for n in names}
+        # Filled below, once the handler of their events exists; everyone holds the same mapping.
+        self.connections: dict[str, BackendConnection] = {}
+        self.catalog = Catalog(self.connections, self.catalogs, self.pins, self.chain, self.metrics, config)
+        self.subscriptions = Subscriptions(self.connections, self.sessions)
+        levels = BackendLevels(self.connections, self.sessions)
+        self.client_messages = ClientMessages(self.connections, self.subscriptions, self.mcpl)
+        self.router = Router(
+            chain=self.chain,
+            catalog=self.catalog,
+            subscriptions=self.subscriptions,
+            forwarder=Forwarder(self.connections, config.limits, EraBridge(self.parking, config.limits)),
+            client_messages=self.client_messages,
+            levels=levels,
+            mcpl=self.mcpl,
+            sessions=self.sessions,
+            identity=self.server_identity,
+            audit=self.audit,
+            metrics=self.metrics,
+        )
+        backend_events = BackendEvents(
+            self.catalogs, self.sessions, self.subscriptions, levels, self.mcpl, self.metrics, config.limits
+        )
         client_info = {"name": "switchboard", "version": __version__}
-        self.connections: dict[str, BackendConnection] = {
-            name: BackendConnection(
+        self.connections.update(
+            (
                 name,
-                cfg,
-                partial(make_carrier, name, cfg, config.limits),
-                self.router,
-                client_info,
-                sse_fallback=partial(make_carrier, name, cfg.model_copy(update={"transport": "sse"}), config.limits)
-                if cfg.transport == "http"
-                else None,
+                BackendConnection(
+                    name,
+                    cfg,
+                    partial(make_carrier, name, cfg, config.limits),
+                    backend_events,
+                    client_info,
+                    sse_fallback=partial(make_carrier, name, cfg.model_copy(update={"transport": "sse"}), config.limits)
+                    if cfg.transport == "http"
+                    else None,
+                ),
             )
             for name, cfg in config.backends.items()
-        }
+        )
         for name in names:
             self.metrics.backend_up.labels(name).set(0)
         # MCPx topics (front door gateway/transports/mcpx.py); backends may sit in them as participants.
@@ -216,7 +247,7 @@ class Gateway:
 
     def _session_ended(self, session: ClientSession) -> None:
         self.metrics.sessions.labels(session.transport).dec()
-        self.router.session_ended(session)
+        self.client_messages.session_ended(session)
         self.mcpl.session_ended(session)
 
     # ---- identity ----------------------------------------------------------------------------

@@ -61,7 +61,7 @@ class BackendParticipants:
 
     async def _tools(self, name: str) -> list[dict[str, Any]]:
         try:
-            merged = await asyncio.wait_for(self._gw.router.merged(self._gw.single[name], "tools"), _LIST_TIMEOUT_S)
+            merged = await asyncio.wait_for(self._gw.catalog.merged(self._gw.single[name], "tools"), _LIST_TIMEOUT_S)
         except (TimeoutError, jsonrpc.RpcError) as exc:
             log.warning("MCPx: tools of backend %s unavailable: %s", name, exc)
             return []

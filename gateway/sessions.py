@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from adapters.mcp import LOG_LEVELS
 from gateway import jsonrpc
 from gateway.channels import Channel
 from gateway.config import Limits
@@ -27,13 +28,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 _MAX_KEPT_STREAMS = 64
 
 
 def level_rank(level: str | None) -> int:
     try:
-        return _LEVELS.index(level) if level else 0
+        return LOG_LEVELS.index(level) if level else 0
     except ValueError:
         return 0
 

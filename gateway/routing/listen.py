@@ -22,7 +22,9 @@ from adapters import mcp as mcp_adapter
 from gateway import jsonrpc
 
 if TYPE_CHECKING:
-    from gateway.router import Router
+    from gateway.routing.catalog import Catalog
+    from gateway.routing.router import Router
+    from gateway.routing.subscriptions import Subscriptions
     from gateway.sessions import ClientSession
     from policies.chain import PolicyChain
     from policies.principal import Principal
@@ -47,9 +49,11 @@ class ListenGrant:
 
 
 class ListenAdmission:
-    def __init__(self, chain: PolicyChain, router: Router) -> None:
+    def __init__(self, chain: PolicyChain, catalog: Catalog, subscriptions: Subscriptions, router: Router) -> None:
         self._chain = chain
-        self._router = router
+        self._catalog = catalog
+        self._subscriptions = subscriptions
+        self._router = router  # for its audit records
 
     async def _admit(self, session: ClientSession, principal: Principal, method: str, params: dict[str, Any]) -> Any:
         """None if allowed, else the denial (audited either way)."""
@@ -105,8 +109,8 @@ class ListenAdmission:
         if denied is not None:
             return {"code": denied.code, "message": denied.reason}
         try:
-            backend, original = await self._router.resolve_uri(session.view, uri)
+            backend, original = await self._catalog.resolve_uri(session.view, uri)
         except jsonrpc.RpcError as exc:
             return {"code": exc.code, "message": exc.message}
-        self._router.add_subscription(session, backend, original)
+        self._subscriptions.add(session, backend, original)
         return None

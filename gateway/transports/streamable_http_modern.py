@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from adapters import mcp_modern
 from gateway import jsonrpc, sse
 from gateway.channels import ChannelOverflow, guarded_write
-from gateway.listen import REFUSED_META_KEY, ListenAdmission
+from gateway.routing.listen import REFUSED_META_KEY, ListenAdmission
 from gateway.sessions import ClientSession
 from gateway.transports.http_common import (
     Receive,
@@ -63,7 +63,7 @@ class ModernExchange:
     def __init__(self, gateway: Gateway, door: StreamableHttpDoor) -> None:
         self._gw = gateway
         self._door = door
-        self._listen_admission = ListenAdmission(gateway.chain, gateway.router)
+        self._listen_admission = ListenAdmission(gateway.chain, gateway.catalog, gateway.subscriptions, gateway.router)
 
     async def handle(
         self, scope: Scope, receive: Receive, send: Send, view: View, message: dict[str, Any], shape: jsonrpc.Shape
@@ -152,7 +152,7 @@ class ModernExchange:
 
     async def _check_param_headers(self, view: View, headers: dict[str, str], message: dict[str, Any]) -> None:
         params = message.get("params") or {}
-        merged = view.merged.get("tools") or await self._gw.router.merged(view, "tools")
+        merged = view.merged.get("tools") or await self._gw.catalog.merged(view, "tools")
         tool = merged.by_key.get(params.get("name"))
         schema = tool.get("inputSchema") if tool is not None else None
         mcp_modern.check_param_headers(headers, schema, params.get("arguments"))

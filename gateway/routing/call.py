@@ -1,0 +1,91 @@
+"""One client request on its way through the router, and where the messages of its backend call go.
+
+A :class:`Call` is what every handler of the pipeline works on: the session, the decoded event,
+the stream that carries the answer, and the principal of *this* request (on a session, each request
+is held to the credential it presents, which may grant less than the one that opened it). It
+replaces the arguments that were threaded one by one through the router's methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gateway import jsonrpc
+from gateway.channels import Channel
+from gateway.events import Event
+from gateway.sessions import ClientSession
+from policies.chain import Decision
+from policies.principal import Principal
+
+
+@dataclass(slots=True)
+class Call:
+    session: ClientSession
+    event: Event
+    channel: Channel
+    principal: Principal
+
+    @property
+    def rpc_id(self) -> Any:
+        return self.event.rpc_id
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.event.params
+
+
+@dataclass(slots=True)
+class Routed:
+    """A handler's answer, and the backend that produced it (``"gateway"`` when answered here)."""
+
+    response: dict[str, Any]
+    backend: str = "gateway"
+
+
+Handler = Callable[[Call], Awaitable[Routed]]
+
+
+class PolicyDenied(jsonrpc.RpcError):
+    """A dispatch-stage policy said no (the request's target was already known)."""
+
+    def __init__(self, decision: Decision, backend: str) -> None:
+        super().__init__(decision.code, decision.reason, decision.data)
+        self.decision = decision
+        self.backend = backend
+
+
+class CallSink:
+    """Delivers the messages related to one forwarded call to the stream that carries the call."""
+
+    __slots__ = ("channel", "session", "session_id")
+
+    def __init__(self, session: ClientSession, channel: Channel) -> None:
+        self.session = session
+        self.session_id = session.id
+        self.channel = channel
+
+    @property
+    def client_capabilities(self) -> dict[str, Any]:
+        return self.session.client_capabilities
+
+    @property
+    def log_level(self) -> str | None:
+        """The level a modern backend is asked to log at for this call.
+
+        A legacy client that never called setLevel leaves logging to the server's discretion; a
+        modern backend logs nothing without a level, so the gateway asks for ``info`` on its behalf.
+        """
+        if self.session.log_level is None and not self.session.mrtr:
+            return "info"
+        return self.session.log_level
+
+    def deliver(self, message: dict[str, Any]) -> None:
+        if message.get("method") == "notifications/message":
+            params = message.get("params")
+            if isinstance(params, dict) and not self.session.wants_log(params.get("level")):
+                return
+        if not self.channel.push(message) and not self.channel.overflowed:
+            # The call's stream is finished; anything late belongs on the session's own stream.
+            self.session.standalone.push(message)

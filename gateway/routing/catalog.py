@@ -1,0 +1,187 @@
+"""The catalog: merged lists of a view's backends, pages and cursors, and name/URI resolution.
+
+Lists are merged per view under the federation rules (gateway/federation.py) from each backend's
+cached list; a list shows only the items whose call the caller may make, and (with pinning
+enforced) no tool whose definition changed. Resolution maps a name or URI as the client sees it
+back to ``(backend, the backend's own name or URI)``; a name two backends offer is never resolved
+silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from gateway import jsonrpc
+from gateway.federation import CAPABILITY_OF, BackendCatalog, ListKind, Merged, View
+
+if TYPE_CHECKING:
+    from gateway.config import Config
+    from gateway.metrics import Metrics
+    from gateway.upstreams.connection import BackendConnection
+    from policies.chain import PolicyChain
+    from policies.pinning import PinStore
+    from policies.principal import Principal
+
+log = logging.getLogger(__name__)
+
+# How long the first requests after start wait for a backend that is still connecting.
+STARTUP_GRACE_S = 5.0
+
+
+def encode_cursor(offset: int) -> str:
+    return base64.urlsafe_b64encode(f"sb1:{offset}".encode()).decode()
+
+
+def decode_cursor(cursor: Any) -> int:
+    if cursor is None:
+        return 0
+    try:
+        text = base64.urlsafe_b64decode(str(cursor).encode()).decode()
+        tag, _, offset = text.partition(":")
+        if tag == "sb1" and offset.isascii() and offset.isdigit():
+            return int(offset)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        pass
+    raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "Invalid cursor")
+
+
+def item_action(kind: ListKind, item: dict[str, Any]) -> str:
+    """The action a list item stands for: a caller sees the item only if it may take that action."""
+    if kind == "tools":
+        return f"mcp/request:tools/call:{item['name']}"
+    if kind == "prompts":
+        return f"mcp/request:prompts/get:{item['name']}"
+    if kind == "resources":
+        return f"mcp/request:resources/read:{item['uri']}"
+    return f"mcp/request:resources/read:{item['uriTemplate']}"
+
+
+class Catalog:
+    def __init__(
+        self,
+        connections: Mapping[str, BackendConnection],
+        catalogs: Mapping[str, BackendCatalog],
+        pins: PinStore,
+        chain: PolicyChain,
+        metrics: Metrics,
+        config: Config,
+    ) -> None:
+        self._connections = connections
+        self._catalogs = catalogs
+        self._pins = pins
+        self._chain = chain
+        self._metrics = metrics
+        self._config = config
+
+    async def page(self, view: View, kind: ListKind, cursor: Any, principal: Principal) -> dict[str, Any]:
+        """One page of a list as ``principal`` may see it (the result of a ``*/list`` request)."""
+        offset = decode_cursor(cursor)
+        merged = await self.merged(view, kind)
+        items = merged.items
+        if kind == "tools" and self._config.pinning.mode == "enforce":
+            # A tool whose definition changed is withheld until an administrator approves it.
+            items = [i for i in items if not self._pins.is_hidden(*merged.index[i["name"]])]
+        if not principal.capabilities.everything:
+            items = [i for i in items if self._chain.visible(item_action(kind, i), principal)]
+        size = self._config.federation.page_size
+        result: dict[str, Any] = {kind: items[offset : offset + size]}
+        if offset + size < len(items):
+            result["nextCursor"] = encode_cursor(offset + size)
+        return result
+
+    async def merged(self, view: View, kind: ListKind) -> Merged:
+        await self.await_startup(view)
+        names = [
+            name
+            for name in view.backends
+            if self._connections[name].state == "ready" and CAPABILITY_OF[kind] in self._connections[name].capabilities
+        ]
+        outcomes = await asyncio.gather(*(self._one(name, kind) for name in names), return_exceptions=True)
+        per_backend: list[tuple[str, list[dict[str, Any]]]] = []
+        for name, outcome in zip(names, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                log.warning("backend %s: listing %s failed: %s", name, kind, outcome)
+                continue
+            per_backend.append((name, outcome))
+        merged = view.merge(kind, per_backend)
+        self._metrics.name_collisions.labels(view.name, kind).set(len(merged.collisions))
+        return merged
+
+    async def _one(self, name: str, kind: ListKind) -> list[dict[str, Any]]:
+        conn = self._connections[name]
+
+        async def fetch(method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+            response = await conn.request(method, params)
+            if "error" in response:
+                raise jsonrpc.RpcError.from_error(response["error"])
+            result = response.get("result")
+            return result if isinstance(result, dict) else {}
+
+        items = await self._catalogs[name].get(kind, fetch)
+        if kind == "tools":
+            # Kept for the modern era's Mcp-Param-* headers toward this backend.
+            conn.tool_schemas = {t["name"]: t.get("inputSchema") for t in items}
+            await self._pins.observe(name, items)
+        return items
+
+    async def await_startup(self, view: View) -> None:
+        """Right after start, give backends that never connected yet a moment before answering."""
+        waits = [
+            conn.wait_ready(min(STARTUP_GRACE_S, conn.config.connect_timeout_s))
+            for conn in (self._connections[n] for n in view.backends)
+            if conn.first_attempt_pending
+        ]
+        if waits:
+            await asyncio.gather(*waits)
+
+    async def resolve_name(self, view: View, kind: ListKind, exposed: Any) -> tuple[str, str]:
+        """(backend, the backend's own name) of a tool or prompt name as the client sees it."""
+        if not isinstance(exposed, str) or not exposed:
+            raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "params.name must be a non-empty string")
+        found = view.namer.name_in(exposed)
+        if found is not None:
+            return found
+        merged = view.merged.get(kind)
+        if merged is None or exposed not in merged.index:
+            merged = await self.merged(view, kind)
+        if exposed in merged.collisions:
+            raise jsonrpc.RpcError(
+                jsonrpc.NAME_NOT_ROUTABLE,
+                f"{exposed!r} is offered by several backends ({', '.join(merged.collisions[exposed])}); "
+                "set federation.prefix to 'conditional' or 'always'",
+            )
+        hit = merged.index.get(exposed)
+        if hit is None:
+            label = "tool" if kind == "tools" else "prompt"
+            raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, f"Unknown {label}: {exposed}")
+        return hit
+
+    async def resolve_uri(self, view: View, exposed: Any) -> tuple[str, str]:
+        """(backend, the backend's own URI) of a resource URI as the client sees it."""
+        if not isinstance(exposed, str) or not exposed:
+            raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "params.uri must be a non-empty string")
+        found = view.namer.uri_in(exposed)
+        if found is not None:
+            return found
+        if view.namer.prefixed:
+            raise jsonrpc.RpcError(jsonrpc.RESOURCE_NOT_FOUND, "Resource not found", {"uri": exposed})
+        resources = await self.merged(view, "resources")
+        hit = resources.index.get(exposed)
+        if hit is not None:
+            return hit
+        # Never-prefixed federation: a URI from a template belongs to the backend whose template's
+        # literal head it starts with (longest head wins).
+        templates = await self.merged(view, "resourceTemplates")
+        best: tuple[int, tuple[str, str]] | None = None
+        for template, (backend, _original) in templates.index.items():
+            head = template.split("{", 1)[0]
+            if head and exposed.startswith(head) and (best is None or len(head) > best[0]):
+                best = (len(head), (backend, exposed))
+        if best is None:
+            raise jsonrpc.RpcError(jsonrpc.RESOURCE_NOT_FOUND, "Resource not found", {"uri": exposed})
+        return best[1]

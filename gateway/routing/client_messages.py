@@ -1,0 +1,96 @@
+"""What a client sends that is not a request (notifications, answers to relayed requests), and its end.
+
+Invariants: a client's answer reaches the backend request it answers, under the backend's own id,
+or the gateway's own waiter; an answer to an unknown id is dropped, never misrouted; a cancellation
+reaches the backend call it names; when a session ends, its calls are cancelled upstream, every
+backend request still waiting on it is answered with an error, and its subscriptions are released.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from gateway import jsonrpc
+
+if TYPE_CHECKING:
+    from gateway.events import Event
+    from gateway.mcpl import McplRelay
+    from gateway.routing.subscriptions import Subscriptions
+    from gateway.sessions import ClientSession
+    from gateway.upstreams.connection import BackendConnection
+
+log = logging.getLogger(__name__)
+
+
+def _names_a_request(value: Any) -> bool:
+    """Any JSON value may arrive; only a string or number can name a request (or be hashed)."""
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+
+
+class ClientMessages:
+    def __init__(
+        self, connections: Mapping[str, BackendConnection], subscriptions: Subscriptions, mcpl: McplRelay
+    ) -> None:
+        self._connections = connections
+        self._subscriptions = subscriptions
+        self._mcpl = mcpl
+
+    async def notification(self, session: ClientSession, event: Event) -> None:
+        method = event.method
+        params = event.params
+        if method == "notifications/initialized":
+            session.initialized = True
+            return
+        if method == "notifications/cancelled":
+            request_id = params.get("requestId")
+            entry = session.inflight.get(request_id) if _names_a_request(request_id) else None
+            if entry is not None:
+                conn, pending = entry
+                reason = params.get("reason")
+                conn.cancel(pending, reason if isinstance(reason, str) else None)
+            return
+        if method == "notifications/progress":
+            return  # progress on a client's own work for a backend request: no backend tracks it
+        if await self._mcpl.on_host_notification(session, event):
+            return
+        # Everything else (roots/list_changed, extension notifications) goes to every backend it may concern.
+        for name in session.view.backends:
+            conn = self._connections[name]
+            if conn.state == "ready":
+                conn.spawn(conn.send(event.payload))
+
+    @staticmethod
+    def response(session: ClientSession, message: dict[str, Any]) -> None:
+        out = session.outgoing.pop(str(message.get("id")), None)
+        if out is None:
+            log.debug("session %s answered unknown request id %r", session.id[:8], message.get("id"))
+            return
+        if out.timer is not None:
+            out.timer.cancel()
+        if out.future is not None:
+            if not out.future.done():
+                out.future.set_result(message)
+            return
+        assert out.conn is not None
+        reply = {k: v for k, v in message.items() if k != "id"}
+        reply["id"] = out.upstream_id
+        out.conn.spawn(out.conn.send(reply))
+
+    def session_ended(self, session: ClientSession) -> None:
+        for conn, pending in list(session.inflight.values()):
+            conn.cancel(pending, "client session ended")
+        session.inflight.clear()
+        for out in session.outgoing.values():
+            if out.timer is not None:
+                out.timer.cancel()
+            if out.future is not None:
+                if not out.future.done():
+                    out.future.set_result(jsonrpc.error(None, jsonrpc.INTERNAL_ERROR, "client session ended"))
+            elif out.conn is not None:
+                out.conn.spawn(
+                    out.conn.send(jsonrpc.error(out.upstream_id, jsonrpc.INTERNAL_ERROR, "client session ended"))
+                )
+        session.outgoing.clear()
+        self._subscriptions.session_ended(session)

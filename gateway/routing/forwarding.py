@@ -1,0 +1,89 @@
+"""Forwarding a routed call to its backend, and its answer back under the client's id and names.
+
+Invariants: a call is forwarded only to a backend that is ready (one still making its first
+connection is waited for briefly); a session has at most ``limits.max_inflight_per_session`` calls
+in flight; every call is recorded in ``session.inflight`` while it runs, so that a cancellation or
+the session's end reaches the backend; the answer carries the client's id, the client's view of
+names and URIs, and only the fields of the client's era. Requests for input that cross eras are
+the era bridge's (gateway/eras.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from adapters import mcp_modern
+from gateway import jsonrpc
+from gateway.channels import Channel
+from gateway.federation import rewrite_result
+from gateway.routing.call import Call, CallSink, Routed
+from gateway.routing.catalog import STARTUP_GRACE_S
+
+if TYPE_CHECKING:
+    from gateway.config import Limits
+    from gateway.eras import EraBridge
+    from gateway.sessions import ClientSession
+    from gateway.upstreams.connection import BackendConnection
+
+
+async def call_backend(
+    session: ClientSession,
+    client_id: Any,
+    conn: BackendConnection,
+    method: str,
+    params: dict[str, Any] | None,
+    channel: Channel,
+) -> dict[str, Any]:
+    """One request to the backend on behalf of ``session``; related messages go to ``channel``."""
+    pending = conn.begin(method, params, CallSink(session, channel))
+    session.inflight[client_id] = (conn, pending)
+    try:
+        return await conn.call(pending)
+    finally:
+        if session.inflight.get(client_id, (None, None))[1] is pending:
+            del session.inflight[client_id]
+
+
+def finish(
+    session: ClientSession, client_id: Any, backend: str, method: str, response: dict[str, Any]
+) -> dict[str, Any]:
+    """The backend's answer under the client's id, with names rewritten for the client's view.
+    A legacy client does not see the modern era's result fields."""
+    if "result" in response:
+        result = response["result"]
+        if not session.mrtr:
+            result = mcp_modern.strip_modern_fields(result)
+        return jsonrpc.result(client_id, rewrite_result(session.view.namer, backend, method, result))
+    error = response.get("error")
+    return {"jsonrpc": "2.0", "id": client_id, "error": error if isinstance(error, dict) else {}}
+
+
+class Forwarder:
+    def __init__(self, connections: Mapping[str, BackendConnection], limits: Limits, eras: EraBridge) -> None:
+        self._connections = connections
+        self._limits = limits
+        self._eras = eras
+
+    async def forward(self, call: Call, backend: str, params: dict[str, Any] | None) -> Routed:
+        session, event = call.session, call.event
+        conn = self._connections[backend]
+        if conn.state != "ready" and not (
+            conn.first_attempt_pending and await conn.wait_ready(min(STARTUP_GRACE_S, conn.config.connect_timeout_s))
+        ):
+            raise jsonrpc.RpcError(
+                jsonrpc.BACKEND_UNAVAILABLE,
+                f"backend {backend} is unavailable: {conn.last_error or conn.state}",
+            )
+        if len(session.inflight) >= self._limits.max_inflight_per_session:
+            raise jsonrpc.RpcError(
+                jsonrpc.SESSION_OVERLOADED,
+                f"too many requests in flight on this session (limit {self._limits.max_inflight_per_session})",
+            )
+        method = event.method or ""
+        if session.mrtr:
+            return Routed(await self._eras.for_modern_client(call, backend, conn, params), backend)
+        response = await call_backend(session, event.rpc_id, conn, method, params, call.channel)
+        if conn.era == "modern":
+            response = await self._eras.fulfil_input_requests(call, conn, params, response)
+        return Routed(finish(session, event.rpc_id, backend, method, response), backend)

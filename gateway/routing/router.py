@@ -1,0 +1,342 @@
+"""The pipeline every client message takes: decode → admit → handle → audit, on one :class:`Call`.
+
+The router never decides *whether* something may pass (that is ``policies/``, asked through the
+chain) and never knows a dialect's quirks (that is ``adapters/``). Its handlers say where a request
+goes: answered here (initialize, ping, setLevel, lists), to the backend a name or URI resolves to
+(gateway/routing/catalog.py), or untouched to the one backend of a single-server view. Forwarding
+is gateway/routing/forwarding.py; what backends send on their own is backend_events.py.
+
+Invariants: every request gets exactly one answer; every decision, allowed or not, is one audit
+record and one metrics observation; a session's requests are held to the principal of the
+credential each presents.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import adapters
+from adapters import mcp as mcp_adapter
+from adapters import mcp_draft
+from adapters import mcpl as mcpl_adapter
+from adapters.mcp import LOG_LEVELS
+from gateway import jsonrpc
+from gateway.federation import LIST_METHODS, ListKind, View
+from gateway.routing.call import Call, Handler, PolicyDenied, Routed
+from policies.chain import Target
+
+if TYPE_CHECKING:
+    from gateway.audit import AuditLog
+    from gateway.channels import Channel
+    from gateway.events import Event
+    from gateway.mcpl import McplRelay
+    from gateway.metrics import Metrics
+    from gateway.routing.catalog import Catalog
+    from gateway.routing.client_messages import ClientMessages
+    from gateway.routing.forwarding import Forwarder
+    from gateway.routing.levels import BackendLevels
+    from gateway.routing.subscriptions import Subscriptions
+    from gateway.sessions import ClientSession, SessionStore
+    from policies.chain import PolicyChain
+    from policies.principal import Principal
+
+log = logging.getLogger(__name__)
+
+_KNOWN_METHODS = frozenset(
+    {
+        "initialize",
+        "ping",
+        "logging/setLevel",
+        "tools/list",
+        "tools/call",
+        "prompts/list",
+        "prompts/get",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "completion/complete",
+        *mcpl_adapter.HOST_REQUESTS,
+    }
+)
+_OUTCOME_OF_CODE = {jsonrpc.BACKEND_UNAVAILABLE: "unavailable", jsonrpc.BACKEND_TIMEOUT: "timeout"}
+
+Identity = Callable[[View], dict[str, Any]]
+
+
+class Router:
+    def __init__(
+        self,
+        *,
+        chain: PolicyChain,
+        catalog: Catalog,
+        subscriptions: Subscriptions,
+        forwarder: Forwarder,
+        client_messages: ClientMessages,
+        levels: BackendLevels,
+        mcpl: McplRelay,
+        sessions: SessionStore,
+        identity: Identity,
+        audit: AuditLog,
+        metrics: Metrics,
+    ) -> None:
+        self._chain = chain
+        self._catalog = catalog
+        self._subscriptions = subscriptions
+        self._forwarder = forwarder
+        self._client = client_messages
+        self._levels = levels
+        self._mcpl = mcpl
+        self._sessions = sessions
+        self._identity = identity
+        self._audit = audit
+        self._metrics = metrics
+        self._handlers: dict[str, Handler] = {
+            "initialize": self._initialize,
+            "ping": self._ping,
+            "logging/setLevel": self._set_level,
+            "tools/list": self._list,
+            "prompts/list": self._list,
+            "resources/list": self._list,
+            "resources/templates/list": self._list,
+            "tools/call": self._named_call,
+            "prompts/get": self._named_call,
+            "resources/read": self._uri_call,
+            "resources/subscribe": self._subscribe,
+            "resources/unsubscribe": self._unsubscribe,
+            "completion/complete": self._complete,
+            **dict.fromkeys(mcpl_adapter.HOST_REQUESTS, self._mcpl_request),
+        }
+
+    # ---- the pipeline ------------------------------------------------------------------------
+
+    async def handle(
+        self,
+        session: ClientSession,
+        message: dict[str, Any],
+        shape: jsonrpc.Shape,
+        channel: Channel,
+        principal: Principal | None = None,
+    ) -> dict[str, Any] | None:
+        """Handle one message from a client; return the response for a request, else None.
+
+        ``principal`` is who sends this message when its door authenticates every request
+        (Streamable HTTP, legacy SSE POSTs); doors that authenticate once per connection omit it."""
+        session.touch()
+        if shape in (jsonrpc.Shape.RESPONSE, jsonrpc.Shape.ERROR):
+            self._client.response(session, message)
+            return None
+        draft_ack = message.get("id") if message.get("method") == "cancel" and "id" in message else None
+        message, alias = mcp_draft.normalize(message)
+        if alias is not None:
+            if message.get("method", "").startswith("notifications/"):
+                shape = jsonrpc.Shape.NOTIFICATION
+            if alias == "initialize":
+                session.draft = True
+            if alias in mcp_draft.LOCAL_METHODS:
+                return self._draft_lifecycle(session, message, alias)
+        response = await self._handle(session, message, shape, channel, principal or session.principal)
+        if draft_ack is not None:
+            return jsonrpc.result(draft_ack, {})  # the draft acknowledges a cancel sent as a request
+        if alias is not None and response is not None:
+            response = mcp_draft.reshape_response(alias, response, self._identity(session.view)["serverInfo"])
+        return response
+
+    def _draft_lifecycle(self, session: ClientSession, message: dict[str, Any], alias: str) -> dict[str, Any] | None:
+        """``shutdown`` is answered with null; ``exit`` ends the session (the draft's lifecycle)."""
+        if alias == "exit":
+            self._sessions.end(session)
+            return jsonrpc.result(message["id"], None) if "id" in message else None
+        return jsonrpc.result(message.get("id"), None) if "id" in message else None
+
+    async def _handle(
+        self,
+        session: ClientSession,
+        message: dict[str, Any],
+        shape: jsonrpc.Shape,
+        channel: Channel,
+        principal: Principal,
+    ) -> dict[str, Any] | None:
+        event = adapters.annotate(mcp_adapter.decode(message, shape, session=session.id, principal=principal.name))
+        started = time.perf_counter()
+        decision = await self._chain.admit(event, principal)
+        if not decision.allowed:
+            self._metrics.observe_request(self._metric_method(event.method), "gateway", decision.outcome, None)
+            self.audit(session, event, decision.outcome, "gateway", started, decision.reason)
+            if shape is jsonrpc.Shape.NOTIFICATION:
+                log.info("dropped notification %s: %s", event.method, decision.reason)
+                return None
+            return jsonrpc.error(event.rpc_id, decision.code, decision.reason, decision.data)
+        if shape is jsonrpc.Shape.NOTIFICATION:
+            await self._client.notification(session, event)
+            return None
+        if not session.initialized and session.protocol_version is None and event.method not in ("initialize", "ping"):
+            return jsonrpc.error(event.rpc_id, jsonrpc.INVALID_REQUEST, "Session not initialized")
+        handler = self._handlers.get(event.method or "", self._passthrough)
+        backend = "gateway"
+        decided = "allowed"
+        reason = None
+        try:
+            routed = await handler(Call(session, event, channel, principal))
+            response, backend = routed.response, routed.backend
+            outcome = "error" if "error" in response else "ok"
+        except PolicyDenied as denied:
+            response = jsonrpc.error_from(event.rpc_id, denied)
+            decided = outcome = denied.decision.outcome
+            backend, reason = denied.backend, denied.message
+        except jsonrpc.RpcError as exc:
+            response = jsonrpc.error_from(event.rpc_id, exc)
+            outcome = _OUTCOME_OF_CODE.get(exc.code, "error")
+        self._metrics.observe_request(
+            self._metric_method(event.method), backend, outcome, time.perf_counter() - started
+        )
+        self.audit(session, event, decided, backend, started, reason, result=outcome)
+        return response
+
+    def audit(
+        self,
+        session: ClientSession,
+        event: Event,
+        outcome: str,
+        backend: str,
+        started: float,
+        reason: str | None = None,
+        result: str | None = None,
+    ) -> None:
+        """One audit record per decision (the MGP adapter re-emits these as notifications/mgp.audit)."""
+        self._audit.record(
+            outcome,
+            principal=session.principal.name,
+            dialect=event.dialect.value,
+            action=event.action,
+            method=event.method,
+            backend=backend,
+            session=session.id[:8],
+            trace_id=event.trace_id or event.id,
+            latency_ms=round((time.perf_counter() - started) * 1000, 3),
+            **({"reason": reason} if reason else {}),
+            **({"result": result} if result else {}),
+        )
+
+    @staticmethod
+    def _metric_method(method: str | None) -> str:
+        return method if method in _KNOWN_METHODS else "other"
+
+    # ---- answered here -----------------------------------------------------------------------
+
+    async def _initialize(self, call: Call) -> Routed:
+        session = call.session
+        if session.protocol_version is not None:
+            raise jsonrpc.RpcError(jsonrpc.INVALID_REQUEST, "Session already initialized")
+        params = call.params
+        version = mcp_adapter.negotiate_version(params.get("protocolVersion"))
+        session.protocol_version = version
+        info = params.get("clientInfo")
+        caps = params.get("capabilities")
+        session.client_info = info if isinstance(info, dict) else {}
+        session.client_capabilities = caps if isinstance(caps, dict) else {}
+        session.dialects = adapters.detect_dialects(params)
+        await self._catalog.await_startup(session.view)
+        result = self._identity(session.view)
+        result["protocolVersion"] = version
+        self._mcpl.on_initialize(session, params, result)
+        return Routed(jsonrpc.result(call.rpc_id, result))
+
+    async def _mcpl_request(self, call: Call) -> Routed:
+        """MCPL host requests: the gateway is the MCPL server of its hosts (gateway/mcpl/)."""
+        return Routed(await self._mcpl.on_host_request(call.session, call.event, call.channel))
+
+    async def _ping(self, call: Call) -> Routed:
+        return Routed(jsonrpc.result(call.rpc_id, {}))
+
+    async def _set_level(self, call: Call) -> Routed:
+        level = call.params.get("level")
+        if level not in LOG_LEVELS:
+            raise jsonrpc.RpcError(
+                jsonrpc.INVALID_PARAMS, f"Invalid log level {level!r}; one of {', '.join(LOG_LEVELS)}"
+            )
+        call.session.log_level = level
+        await self._levels.sync(call.session.view.backends)
+        return Routed(jsonrpc.result(call.rpc_id, {}))
+
+    async def _list(self, call: Call) -> Routed:
+        kind: ListKind = LIST_METHODS[call.event.method or ""]
+        page = await self._catalog.page(call.session.view, kind, call.params.get("cursor"), call.principal)
+        return Routed(jsonrpc.result(call.rpc_id, page))
+
+    # ---- routed to a backend -----------------------------------------------------------------
+
+    async def _named_call(self, call: Call) -> Routed:
+        session, event = call.session, call.event
+        kind: ListKind = "tools" if event.method == "tools/call" else "prompts"
+        backend, original = await self._catalog.resolve_name(session.view, kind, event.params.get("name"))
+        params = {**event.params, "name": original}
+        if kind == "tools" and self._chain.has_dispatch:
+            merged = session.view.merged.get("tools")
+            item = merged.by_key.get(event.params.get("name")) if merged is not None else None
+            # MCPL §7.7: what the scope check needs, only for calls that carry a scope.
+            facts = self._mcpl.call_facts(session, backend, event.params) if "scope" in params else None
+            decision = await self._chain.dispatch(event, call.principal, Target(backend, original, item, facts))
+            if not decision.allowed:
+                raise PolicyDenied(decision, backend)
+        if kind == "tools" and "featureSet" in params:
+            params = self._mcpl.backend_params(session, backend, params)
+        return await self._forwarder.forward(call, backend, params)
+
+    async def _uri_call(self, call: Call) -> Routed:
+        backend, original = await self._catalog.resolve_uri(call.session.view, call.params.get("uri"))
+        return await self._forwarder.forward(call, backend, {**call.params, "uri": original})
+
+    async def _complete(self, call: Call) -> Routed:
+        view = call.session.view
+        ref = call.params.get("ref")
+        if not isinstance(ref, dict):
+            raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "params.ref must be an object")
+        if ref.get("type") == "ref/prompt":
+            backend, original = await self._catalog.resolve_name(view, "prompts", ref.get("name"))
+            new_ref = {**ref, "name": original}
+        elif ref.get("type") == "ref/resource":
+            backend, original = await self._catalog.resolve_uri(view, ref.get("uri"))
+            new_ref = {**ref, "uri": original}
+        else:
+            raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, f"Unknown ref type {ref.get('type')!r}")
+        return await self._forwarder.forward(call, backend, {**call.params, "ref": new_ref})
+
+    async def _subscribe(self, call: Call) -> Routed:
+        session = call.session
+        backend, original = await self._catalog.resolve_uri(session.view, call.params.get("uri"))
+        table = self._subscriptions
+        if table.held(backend, original) or table.by_listen_filter(backend):
+            # Already watched for another session, or a modern backend (no resources/subscribe: the
+            # URI joins its listen filter).
+            table.add(session, backend, original)
+            return Routed(jsonrpc.result(call.rpc_id, {}))
+        routed = await self._forwarder.forward(call, backend, {**call.params, "uri": original})
+        if "result" in routed.response:
+            table.hold(session, backend, original)
+        return routed
+
+    async def _unsubscribe(self, call: Call) -> Routed:
+        backend, original = await self._catalog.resolve_uri(call.session.view, call.params.get("uri"))
+        table = self._subscriptions
+        if not table.release(call.session, backend, original):
+            return Routed(jsonrpc.result(call.rpc_id, {}))
+        if table.stop_listening(backend, original):
+            return Routed(jsonrpc.result(call.rpc_id, {}))
+        return await self._forwarder.forward(call, backend, {**call.params, "uri": original})
+
+    async def _passthrough(self, call: Call) -> Routed:
+        """A method the gateway does not interpret goes, untouched, to the one backend that can take it."""
+        backends = call.session.view.backends
+        if len(backends) != 1:
+            raise jsonrpc.RpcError(
+                jsonrpc.METHOD_NOT_FOUND,
+                f"Method not found: {call.event.method} (not routable across {len(backends)} backends; "
+                "use /servers/NAME/mcp to reach one backend directly)",
+            )
+        params = call.event.payload.get("params")
+        return await self._forwarder.forward(call, backends[0], params if isinstance(params, dict) else None)
