@@ -4,6 +4,12 @@ Many clients share a connection, so everything that names a request is remapped 
 allocates its own request ids and progress tokens upstream and keeps, per pending call, who asked
 (:class:`CallOwner`) and what they called it. A backend that dies fails its in-flight calls at once
 and is reconnected (or respawned) with exponential backoff.
+
+Era detection (``era: auto``) asks in an order every released server survives; the era is kept
+across reconnects. Over stdio ``initialize`` goes first (Python SDK 1.6 dies on an unknown method
+such as ``server/discover``, then hangs), and only a server that refuses it is asked
+``server/discover``. Elsewhere ``server/discover`` goes first, and any error answer to it, whatever
+its id (SDK 1.x: ``"server-error"``), is a decisive "no" at once, never a wait for the timeout.
 """
 
 from __future__ import annotations
@@ -142,6 +148,8 @@ class BackendConnection:
         self._listen: asyncio.Task[None] | None = None
         self.listen_resources: set[str] = set()
         self._relisten_now = False
+        # The era probe in flight: an error answer that names no request of ours ends it at once.
+        self._probe: Pending | None = None
 
     # ---- facts about the backend -------------------------------------------------------------
 
@@ -259,11 +267,22 @@ class BackendConnection:
         wanted = self._known_era or self.config.era
         if (self.config.transport in ("sse", "builtin") or self._use_sse) and wanted == "auto":
             wanted = "legacy"  # legacy HTTP+SSE is legacy by definition; the demo is legacy
+        if wanted == "auto" and self.config.transport == "stdio":
+            await self._connect_initialize_first(carrier)
+            return
         if wanted in ("auto", "modern") and await self._probe_modern(wanted == "modern"):
-            self.era = self._known_era = "modern"
-            self._listen = asyncio.create_task(self._listen_loop(), name=f"listen-{self.name}")
+            self._became_modern()
             return
         self.era = self._known_era = "legacy"
+        await self._finish_legacy(carrier, await self._initialize())
+
+    def _became_modern(self) -> None:
+        self.era = self._known_era = "modern"
+        self._listen = asyncio.create_task(self._listen_loop(), name=f"listen-{self.name}")
+
+    async def _initialize(self) -> dict[str, Any]:
+        """Send the legacy handshake's ``initialize``; return the answer (result or error)."""
+        self.era = "legacy"  # so that it goes out without the modern envelope
         params = {
             "protocolVersion": LATEST_LEGACY,
             # Every backend is offered MCPL: servers only show it to hosts that advertise it (WIRE.md),
@@ -271,7 +290,21 @@ class BackendConnection:
             "capabilities": {**GATEWAY_CLIENT_CAPABILITIES, "experimental": {"mcpl": mcpl.HOST_CAPABILITIES}},
             "clientInfo": self._client_info,
         }
-        response = await self._roundtrip(self.begin("initialize", params, None), self.config.connect_timeout_s)
+        return await self._roundtrip(self.begin("initialize", params, None), self.config.connect_timeout_s)
+
+    async def _connect_initialize_first(self, carrier: Carrier) -> None:
+        """Era detection over stdio: ``initialize`` first, which every released server survives;
+        ``server/discover`` only for a server that refused the handshake (a modern-only server)."""
+        response = await self._initialize()
+        if "error" in response and await self._probe_modern(False):
+            self._became_modern()
+            return
+        self._known_era = "legacy"
+        await self._finish_legacy(carrier, response)
+
+    async def _finish_legacy(self, carrier: Carrier, response: dict[str, Any]) -> None:
+        """Complete the legacy handshake from the answer to ``initialize``."""
+        self.era = "legacy"
         if "error" in response:
             if (
                 self._sse_fallback is not None
@@ -298,8 +331,9 @@ class BackendConnection:
         means modern; anything else means a legacy server (unless the config requires modern)."""
         self.era = "modern"  # so that the probe goes out with the modern envelope and headers
         timeout = self.config.connect_timeout_s if required else min(_PROBE_TIMEOUT_S, self.config.connect_timeout_s)
+        probe = self._probe = self.begin("server/discover", {}, None)
         try:
-            response = await self._roundtrip(self.begin("server/discover", {}, None), timeout)
+            response = await self._roundtrip(probe, timeout)
         except jsonrpc.RpcError as exc:
             if required or exc.code != jsonrpc.BACKEND_TIMEOUT:
                 if exc.code == jsonrpc.BACKEND_UNAVAILABLE and not required:
@@ -307,6 +341,8 @@ class BackendConnection:
                     self._known_era = "legacy"
                 raise ConnectionError(f"server/discover probe failed: {exc.message}") from None
             return False  # a legacy server that ignores requests before initialize
+        finally:
+            self._probe = None
         result = response.get("result")
         if isinstance(result, dict):
             versions = result.get("supportedVersions")
@@ -314,7 +350,7 @@ class BackendConnection:
                 if required:
                     raise ConnectionError(f"backend supports {versions}, not {mcp_modern.LATEST_MODERN}")
                 return False
-            meta = result.get("_meta") if isinstance(result.get("_meta"), dict) else {}
+            meta = m if isinstance(m := result.get("_meta"), dict) else {}
             self.init_result = {
                 "protocolVersion": mcp_modern.LATEST_MODERN,
                 "capabilities": result.get("capabilities") if isinstance(result.get("capabilities"), dict) else {},
@@ -437,7 +473,9 @@ class BackendConnection:
                         raise
                     # cancel() cut the exchange short (for HTTP that closes the stream, which is
                     # how the modern era cancels); the caller still gets its -32800 answer.
-                    asyncio.current_task().uncancel()  # type: ignore[union-attr]
+                    task = asyncio.current_task()
+                    assert task is not None  # this coroutine runs in a task
+                    task.uncancel()
                 pending.task = None
                 return await pending.future
         except TimeoutError:
@@ -520,6 +558,10 @@ class BackendConnection:
             pending = self._pending.pop(rpc_id, None)
             if pending is None and isinstance(rpc_id, str) and rpc_id.isascii() and rpc_id.isdigit():
                 pending = self._pending.pop(int(rpc_id), None)  # a backend that stringified our id
+            if pending is None and isinstance(message.get("error"), dict) and self._probe is not None:
+                # Servers that refuse the probe before any session exists answer with an id of
+                # their own ("server-error") or null: that answer is to the probe all the same.
+                pending = self._pending.pop(self._probe.upstream_id, None)
             if pending is not None and not pending.future.done():
                 pending.future.set_result(message)
             elif pending is None:

@@ -1,4 +1,14 @@
-"""A backend spoken to over Streamable HTTP (legacy era: sessions, POST + optional GET stream)."""
+"""A backend spoken to over Streamable HTTP (legacy era: sessions, POST + optional GET stream).
+
+Liberal in what it accepts, strict in what it sends. A POST carries exactly one request, so:
+
+- a JSON error answered to it is its answer, whatever id the backend put in (null, or the
+  ``"server-error"`` of SDK 1.x and FastMCP 2.x when they refuse a request with HTTP 400);
+- an ``application/json`` body may hold one message, a batch (array), or several messages on
+  separate lines (the official conformance fixture does this): each is relayed in order, the
+  notifications and server requests as related to the call, and the response as its answer;
+- a body that holds no response at all fails the call (-32603, or -32090 for an HTTP 5xx).
+"""
 
 from __future__ import annotations
 
@@ -138,20 +148,20 @@ class HttpCarrier(Carrier):
             if len(data) > self._max:
                 self._fail(rpc_id, jsonrpc.PAYLOAD_TOO_LARGE, f"backend {self._name} sent {len(data)} bytes")
                 return
-            parsed: Any = None
-            if data:
-                with contextlib.suppress(orjson.JSONDecodeError):
-                    parsed = orjson.loads(data)
-            if isinstance(parsed, dict) and ("result" in parsed or "error" in parsed):
-                if parsed.get("id") is None:
-                    parsed["id"] = rpc_id
-                self._note_init(message, parsed)
-                self._inbound(parsed, rpc_id)
-            elif isinstance(parsed, list):
-                for item in parsed:
-                    if isinstance(item, dict):
+            messages = _json_messages(data)
+            if any(_is_response(item) for item in messages):
+                for item in messages:
+                    if _is_response(item):
+                        if item.get("id") is None or ("error" in item and item.get("id") != rpc_id):
+                            item["id"] = rpc_id  # the one request of this POST is what it answers
+                        self._note_init(message, item)
+                        self._inbound(item, rpc_id)
+                    elif isinstance(item.get("method"), str):
                         self._inbound(item, rpc_id)
             else:
+                for item in messages:
+                    if isinstance(item.get("method"), str):
+                        self._inbound(item, rpc_id)  # notifications before the failure, not lost
                 self._fail(
                     rpc_id,
                     jsonrpc.BACKEND_UNAVAILABLE if status >= 500 else jsonrpc.INTERNAL_ERROR,
@@ -302,3 +312,28 @@ class HttpCarrier(Carrier):
                     response.release()
             await self._pool.aclose()
         self._die("closed")
+
+
+def _is_response(message: dict[str, Any]) -> bool:
+    """A JSON-RPC response; ``{"error": "Unauthorized"}`` from a web framework is none."""
+    return "method" not in message and ("result" in message or isinstance(message.get("error"), dict))
+
+
+def _json_messages(data: bytes) -> list[dict[str, Any]]:
+    """The JSON-RPC messages of an ``application/json`` body: one object, an array of them, or
+    several on separate lines. What does not parse as JSON objects is skipped."""
+    if not data.strip():
+        return []
+    try:
+        values: list[Any] = [orjson.loads(data)]
+    except orjson.JSONDecodeError:
+        values = []
+        for line in data.splitlines():
+            if line.strip():
+                with contextlib.suppress(orjson.JSONDecodeError):
+                    values.append(orjson.loads(line))
+    messages: list[dict[str, Any]] = []
+    for value in values:
+        items = value if isinstance(value, list) else [value]
+        messages.extend(item for item in items if isinstance(item, dict))
+    return messages
