@@ -41,7 +41,7 @@ def normalize(message: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     if method in _RENAMED:
         return {**message, "method": _RENAMED[method]}, method
     if method == "tools/invoke":
-        meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+        meta = m if isinstance(m := params.get("_meta"), dict) else {}
         if "id" in message and "progressToken" not in meta:
             # The draft reports progress by request id; a token equal to the id makes that possible.
             params = {**params, "_meta": {**meta, "progressToken": message["id"]}}
@@ -77,7 +77,7 @@ def reshape_response(alias: str | None, response: dict[str, Any], server_info: d
     if alias == "tools/invoke" and isinstance(result, dict):
         return {**response, "result": invoke_result(result)}
     if alias == "initialize" and isinstance(result, dict):
-        caps = result.get("capabilities") if isinstance(result.get("capabilities"), dict) else {}
+        caps = c if isinstance(c := result.get("capabilities"), dict) else {}
         draft_caps = {
             "supportsToolDiscovery": "tools" in caps,
             "supportsResourceDiscovery": "resources" in caps,
@@ -104,7 +104,7 @@ def invoke_result(result: dict[str, Any]) -> dict[str, Any]:
     if "structuredContent" in result:
         output: Any = result["structuredContent"]
     else:
-        content = result.get("content") if isinstance(result.get("content"), list) else []
+        content = items if isinstance(items := result.get("content"), list) else []
         texts = [c.get("text") for c in content if isinstance(c, dict) and c.get("type") == "text"]
         output = texts[0] if len(texts) == 1 and len(content) == 1 else content
     return {"status": status, "output": output, "content": result.get("content", [])}
@@ -113,7 +113,7 @@ def invoke_result(result: dict[str, Any]) -> dict[str, Any]:
 def render_outbound(message: dict[str, Any]) -> dict[str, Any] | None:
     """A server-to-client message as a draft session expects it (None: drop it)."""
     method = message.get("method")
-    params = message.get("params") if isinstance(message.get("params"), dict) else {}
+    params = p if isinstance(p := message.get("params"), dict) else {}
     if method == "notifications/tools/list_changed":
         return {"jsonrpc": "2.0", "method": "tools/changed", "params": params.get("changes") or {}}
     if method == "notifications/resources/list_changed" or method == "notifications/resources/updated":

@@ -9,13 +9,14 @@ stalling the event loop: an audit trail with a counted gap beats a gateway that 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import os
 import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -32,7 +33,15 @@ Listener = Callable[[AuditRecord], object]
 DEFAULT_QUEUE_SIZE = 10_000
 _WARN_EVERY_S = 60.0
 _BATCH = 512  # lines written between flushes at most
-_STOP = object()
+
+
+class _Stop(enum.Enum):
+    """What tells the writer thread to drain its queue and finish."""
+
+    STOP = enum.auto()
+
+
+_STOP: Final = _Stop.STOP
 _DUMPS_OPTIONS = orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS
 
 
@@ -117,7 +126,7 @@ class AuditLog:
         self._throttle = _Throttle()
         self._dropped_unreported = 0
         self._closed = False
-        self._queue: queue.Queue[object] | None = None
+        self._queue: queue.Queue[bytes | threading.Event | _Stop] | None = None
         self._thread: threading.Thread | None = None
         if config.file:
             # Opened here so that an unwritable path fails at startup, not silently in the thread.
@@ -254,7 +263,7 @@ class AuditLog:
                     elif isinstance(item, threading.Event):
                         flushed.append(item)
                     else:
-                        lines.append(item)  # type: ignore[arg-type]
+                        lines.append(item)
                 if lines:
                     self._write(lines)
                 for event in flushed:

@@ -40,7 +40,7 @@ class Channel:
         self.on_first_push: Callable[[], None] | None = None
         # Set by the consumer around a send that may block; see the module docstring.
         self.writing = False
-        self.on_overflow: Callable[[], None] | None = None
+        self.on_overflow: Callable[[], object] | None = None
 
     @property
     def last_seq(self) -> int:

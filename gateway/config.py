@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -78,8 +79,10 @@ class Backend(_Model):
     )
     era: Literal["auto", "modern", "legacy"] = Field(
         "auto",
-        description="MCP era of the backend: auto probes server/discover (2026-07-28) and falls back to "
-        "initialize; modern or legacy pins it.",
+        description="MCP era of the backend: auto detects it and remembers it across reconnects (over stdio "
+        "initialize goes first, which every released server survives, and server/discover only if it is "
+        "refused; elsewhere server/discover goes first and any refusal ends the probe at once); modern or "
+        "legacy pins it.",
     )
     required: bool = Field(False, description="/readyz waits for this backend to be connected.")
     timeout_s: float = Field(300.0, gt=0, description="Longest a single request to this backend may take.")
@@ -388,7 +391,7 @@ class ConfigError(Exception):
         self.issues = issues
 
 
-def expand_env(value: Any, environ: dict[str, str] | None = None, path: str = "") -> Any:
+def expand_env(value: Any, environ: Mapping[str, str] | None = None, path: str = "") -> Any:
     """Replace ``${NAME}`` and ``${NAME:-default}`` (default when unset or empty) in every string.
 
     An unset name without a default is an error naming the key path.

@@ -29,7 +29,7 @@ from gateway.routing.levels import BackendLevels
 from gateway.routing.subscriptions import Subscriptions
 from gateway.sessions import ClientSession, SessionStore
 from gateway.topics import TopicHub
-from gateway.transports.http_common import header
+from gateway.transports.http_common import Scope, header
 from gateway.upstreams import make_carrier
 from gateway.upstreams.connection import BackendConnection
 from policies import CapabilityPolicy, PolicyChain, Principal
@@ -163,7 +163,7 @@ class Gateway:
 
     # ---- sessions ----------------------------------------------------------------------------
 
-    def authenticate(self, scope: dict[str, Any], token: str | None = None) -> Credentials:
+    def authenticate(self, scope: Scope, token: str | None = None) -> Credentials:
         """Who is calling (raises AuthError). Every front door asks here, on every request.
 
         The token is the Authorization header's, unless a door found it elsewhere (MCPx ``?token=``).
@@ -192,7 +192,7 @@ class Gateway:
             self._principals[credentials] = principal
         return principal
 
-    def caller_of(self, session: ClientSession, scope: dict[str, Any]) -> Principal:
+    def caller_of(self, session: ClientSession, scope: Scope) -> Principal:
         """Who sends this request on ``session``, held to the credential it presents (raises AuthError).
 
         A session is bound to the principal that opened it: another principal, or the same name by

@@ -111,7 +111,7 @@ class EraBridge:
         client_id: Any,
         backend: str,
         method: str,
-        task: asyncio.Future[dict[str, Any]],
+        task: asyncio.Task[dict[str, Any]],
         sink: CallSink,
     ) -> dict[str, Any]:
         if session.input_ready is None:
@@ -119,8 +119,9 @@ class EraBridge:
         while not session.input_requests and not session.missing_capabilities:
             session.input_ready.clear()
             waiter = asyncio.ensure_future(session.input_ready.wait())
+            either: set[asyncio.Future[Any]] = {task, waiter}
             try:
-                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
             except asyncio.CancelledError:
                 task.cancel()  # the client closed its stream: that cancels the backend call too
                 raise
@@ -150,7 +151,7 @@ class EraBridge:
             backend=backend,
             method=method,
             principal=session.principal.name,
-            task=task,  # type: ignore[arg-type]
+            task=task,
             session=session,
             sink=sink,
             keys=keys,

@@ -85,8 +85,9 @@ class McpxApi:
 
     async def dev_token(self, request: Request) -> Response:
         auth = self._gw.config.auth
-        secret = auth.jwt.hs256_secret if auth is not None and auth.jwt is not None else None
-        if not self._gw.config.mcpx.dev_tokens or not secret:
+        jwt = auth.jwt if auth is not None else None
+        secret = jwt.hs256_secret if jwt is not None else None
+        if not self._gw.config.mcpx.dev_tokens or jwt is None or not secret:
             return error_response(404, "dev tokens are off (mcpx.dev_tokens with auth.jwt.hs256_secret)")
         try:
             body = orjson.loads(await request.body())
@@ -103,7 +104,6 @@ class McpxApi:
             capabilities = list(DEV_DEFAULT_CAPABILITIES)
         if not isinstance(capabilities, list) or not all(isinstance(c, str) for c in capabilities):
             return error_response(400, "capabilities must be an array of patterns")
-        jwt = auth.jwt  # type: ignore[union-attr]
         claims: dict[str, Any] = {
             jwt.principal_claim: participant,
             "participantId": participant,

@@ -151,9 +151,10 @@ class Parking:
 
     def unwrap(self, token: Any, principal: str, backend: str) -> str:
         kind, body = self._signer.verify(token, principal)
-        if kind != _WRAPPED or body.get("b") != backend or not isinstance(body.get("s"), str):
+        state = body.get("s")
+        if kind != _WRAPPED or body.get("b") != backend or not isinstance(state, str):
             raise StateError("it belongs to a different request")
-        return body["s"]
+        return state
 
     def _expire(self, parked_id: str) -> None:
         parked = self._parked.pop(parked_id, None)

@@ -32,7 +32,7 @@ import fastjsonschema
 import orjson
 
 from gateway.events import Event, Kind
-from policies.chain import Decision, Target
+from policies.chain import Decision, Stage, Target
 from policies.principal import Principal
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ def _message(exc: fastjsonschema.JsonSchemaValueException) -> str:
 
 class ArgumentValidationPolicy:
     name = "arguments"
-    stage = "dispatch"
+    stage: Stage = "dispatch"
 
     def __init__(self, backends: Iterable[str], cache_size: int = 1024) -> None:
         self.backends = frozenset(backends)

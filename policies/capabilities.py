@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateway.events import Dialect, Event, Kind
-from policies.chain import Decision, Target
+from policies.chain import Decision, Stage, Target
 from policies.principal import Principal
 
 CAPABILITY_DENIED = -32093
@@ -11,7 +11,7 @@ CAPABILITY_DENIED = -32093
 
 class CapabilityPolicy:
     name = "capabilities"
-    stage = "admission"
+    stage: Stage = "admission"
 
     async def check(self, event: Event, principal: Principal, target: Target | None = None) -> Decision | None:
         if event.kind in (Kind.RESPONSE, Kind.ERROR) and event.dialect is not Dialect.MCPX:

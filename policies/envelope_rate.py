@@ -11,7 +11,7 @@ import math
 from typing import TYPE_CHECKING
 
 from gateway.events import Dialect, Event
-from policies.chain import Decision, Target
+from policies.chain import Decision, Stage, Target
 from policies.principal import Principal
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ ENVELOPE_RATE_LIMITED = -32029
 
 class EnvelopeRatePolicy:
     name = "envelope_rate"
-    stage = "admission"
+    stage: Stage = "admission"
 
     def __init__(self, messages_per_s: float, burst: float, bus: Bus) -> None:
         self._per_s = messages_per_s

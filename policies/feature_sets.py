@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from gateway.events import Event
-from policies.chain import Decision, Target
+from policies.chain import Decision, Stage, Target
 from policies.globs import compile_glob, is_literal
 from policies.principal import Principal
 
@@ -192,7 +192,7 @@ class FeatureSetPolicy:
     """The chain's MCPL feature-set check of messages a backend initiates (dispatch stage)."""
 
     name = POLICY
-    stage = "dispatch"
+    stage: Stage = "dispatch"
 
     async def check(self, event: Event, principal: Principal, target: Target | None) -> Decision | None:
         facts = target.facts.get(POLICY) if target is not None and target.facts else None

@@ -101,7 +101,7 @@ class CapabilitySet:
         self.patterns: tuple[str, ...] = tuple(dict.fromkeys(p for p in patterns if p))
         # A narrowed set (e.g. a JWT's claim inside the configured set) allows only what both allow.
         self._within = within if within is not None and not within.everything else None
-        self.everything = "*" in self.patterns and self._within is None
+        self.everything: bool = "*" in self.patterns and self._within is None
         self._matchers = tuple(_compile(p) for p in self.patterns)
         self._cache: dict[str, bool] = {}
 

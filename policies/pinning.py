@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from gateway.events import Event
-from policies.chain import Decision, Target
+from policies.chain import Decision, Stage, Target
 from policies.principal import Principal
 
 if TYPE_CHECKING:  # policies depend on gateway.events only; these arrive as constructor arguments
@@ -203,7 +203,7 @@ class PinningPolicy:
     """Refuse calls to tools that changed their definition and await approval (mode "enforce")."""
 
     name = "pinning"
-    stage = "dispatch"
+    stage: Stage = "dispatch"
 
     def __init__(self, store: PinStore) -> None:
         self.store = store

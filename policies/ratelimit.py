@@ -23,7 +23,7 @@ import time
 from typing import TYPE_CHECKING
 
 from gateway.events import Event, Kind
-from policies.chain import Decision, Target
+from policies.chain import Decision, Stage, Target
 from policies.patterns import star_glob
 from policies.principal import Principal
 
@@ -51,7 +51,7 @@ def _specificity(pattern: str) -> int:
 
 class RateLimitPolicy:
     name = "rate_limit"
-    stage = "admission"
+    stage: Stage = "admission"
 
     def __init__(self, config: RateLimits, bus: Bus) -> None:
         self.config = config

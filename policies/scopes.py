@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gateway.events import Event
-from policies.chain import Decision, Target
+from policies.chain import Decision, Stage, Target
 from policies.globs import compile_glob, matches_any
 from policies.principal import Principal
 
@@ -163,7 +163,7 @@ class ScopePolicy:
     stops it before it is forwarded (dispatch stage)."""
 
     name = SCOPES_POLICY
-    stage = "dispatch"
+    stage: Stage = "dispatch"
 
     async def check(self, event: Event, principal: Principal, target: Target | None) -> Decision | None:
         facts = target.facts.get(SCOPES_POLICY) if target is not None and target.facts else None
@@ -178,7 +178,7 @@ class ScopePolicy:
         for feature_set, host, operator, _enabled in facts.candidates:
             verdict = permits(facts.label, host, operator)
             if verdict.outcome == "deny":
-                data = {"featureSet": feature_set, "scope": facts.label}
+                data: dict[str, object] = {"featureSet": feature_set, "scope": facts.label}
                 return Decision(False, SCOPES_POLICY, SCOPE_DENIED, verdict.reason, data, "denied")
         if facts.needs_enabled and facts.candidates and not any(c[3] for c in facts.candidates):
             data = {"featureSet": facts.candidates[0][0], "canEnable": facts.can_enable}

@@ -35,7 +35,7 @@ class MemoryBus(Bus):
             queue.put_nowait(data)
         return len(queues)
 
-    async def subscribe(self, channel: str, max_queue: int = 1024) -> AsyncIterator[bytes]:  # type: ignore[override]
+    async def subscribe(self, channel: str, max_queue: int = 1024) -> AsyncIterator[bytes]:
         queue: asyncio.Queue[bytes] = asyncio.Queue(max_queue)
         self._subscribers.setdefault(channel, set()).add(queue)
         try:

@@ -8,6 +8,7 @@ import math
 from collections.abc import AsyncIterator
 
 from redis import asyncio as aioredis
+from redis.commands.core import AsyncScript
 
 from gateway.bus.base import Bus, check_bucket
 
@@ -60,8 +61,8 @@ class RedisBus(Bus):
         self._prefix = prefix
         self._timeout = connect_timeout_s
         self._redis: aioredis.Redis | None = None
-        self._incr: object | None = None
-        self._take: object | None = None
+        self._incr: AsyncScript | None = None
+        self._take: AsyncScript | None = None
 
     @property
     def redis(self) -> aioredis.Redis:
@@ -88,7 +89,7 @@ class RedisBus(Bus):
     async def publish(self, channel: str, data: bytes) -> int:
         return int(await self.redis.publish(self._key(channel), data))
 
-    async def subscribe(self, channel: str, max_queue: int = 1024) -> AsyncIterator[bytes]:  # type: ignore[override]
+    async def subscribe(self, channel: str, max_queue: int = 1024) -> AsyncIterator[bytes]:
         # Redis itself bounds a slow subscriber (client-output-buffer-limit pubsub) by dropping it;
         # the reader below never holds more than one message.
         pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
@@ -105,7 +106,7 @@ class RedisBus(Bus):
         finally:
             with contextlib.suppress(Exception):
                 await pubsub.unsubscribe(self._key(channel))
-            await pubsub.aclose()
+            await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves PubSub.aclose unannotated
 
     async def get(self, key: str) -> bytes | None:
         value = await self.redis.get(self._key(key))
@@ -121,12 +122,12 @@ class RedisBus(Bus):
     async def incr(self, key: str, amount: int = 1, ttl_s: float | None = None) -> int:
         assert self._incr is not None
         px = int(ttl_s * 1000) if ttl_s else 0
-        return int(await self._incr(keys=[self._key(key)], args=[amount, px]))  # type: ignore[operator]
+        return int(await self._incr(keys=[self._key(key)], args=[amount, px]))
 
     async def take(self, key: str, per_s: float, burst: float, cost: float = 1.0) -> float:
         check_bucket(per_s, burst, cost)
         if cost > burst:
             return math.inf
         assert self._take is not None
-        result = await self._take(keys=[self._key(key)], args=[repr(per_s), repr(burst), repr(cost)])  # type: ignore[operator]
+        result = await self._take(keys=[self._key(key)], args=[repr(per_s), repr(burst), repr(cost)])
         return float(result.decode() if isinstance(result, bytes) else result)

@@ -10,7 +10,7 @@ the scope patterns of host and operator (-32017), unknown channels are -32023.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from adapters import mcpl
 from gateway import jsonrpc
@@ -194,7 +194,7 @@ class ChannelRouter:
                 ]
             }
         if method == "channels/publish":
-            return await self.publish(session, params, True)  # type: ignore[return-value]
+            return await self.publish(session, params, True)
         if method == "channels/close":
             backend, own = self.resolve(session, params.get("channelId"))
             return self._unwrap(await relay.call_backend(backend, method, {**params, "channelId": own}))
@@ -230,7 +230,16 @@ class ChannelRouter:
         relay.audit("relayed", session, backend, "channels/open")
         return result
 
+    @overload
+    async def publish(
+        self, session: ClientSession, params: dict[str, Any], request: Literal[True]
+    ) -> dict[str, Any]: ...
+    @overload
+    async def publish(self, session: ClientSession, params: dict[str, Any], request: Literal[False]) -> None: ...
+
     async def publish(self, session: ClientSession, params: dict[str, Any], request: bool) -> dict[str, Any] | None:
+        """A host's publish: a request (``request``) gets the backend's result or an RpcError; a
+        notification is forwarded, or dropped with a log line, and gets nothing back."""
         relay = self._relay
         try:
             backend, own = self.resolve(session, params.get("channelId"))
@@ -263,6 +272,8 @@ class ChannelRouter:
         """``channels/outgoing/*``: to every backend with an enabled observe feature set that may see it."""
         relay = self._relay
         channel_id = params.get("channelId")
+        owner: str | None
+        own: object
         try:
             owner, own = self.resolve(session, channel_id)
         except jsonrpc.RpcError:

@@ -21,6 +21,7 @@ from gateway.channels import Channel
 from gateway.events import Event
 from gateway.federation import View
 from gateway.mcpl.state import BackendMcpl, McplSession, exposed, resolve
+from gateway.routing.call import CallSink
 from gateway.sessions import ClientSession
 from policies.feature_sets import OperatorRules
 from policies.globs import is_literal
@@ -291,7 +292,7 @@ class McplRelay:
         elif method == "context/afterInference":
             self.hooks.after_notification(session, params)
         elif method == "channels/publish":
-            await self.channels.publish(session, params, None)
+            await self.channels.publish(session, params, False)
         else:
             self.channels.observe(session, method, params)
         return True
@@ -459,7 +460,7 @@ class McplRelay:
         method = message.get("method")
         if method not in mcpl.SERVER_NOTIFICATIONS:
             return False
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        params = p if isinstance(p := message.get("params"), dict) else {}
         if method == "featureSets/changed":
             added, removed = self.backend(conn.name).changed(params.get("added"), params.get("removed"))
             self.forget()
@@ -480,7 +481,8 @@ class McplRelay:
 
     async def _answer_one(self, conn: BackendConnection, message: dict[str, Any], owner: Any) -> None:
         method = message["method"]
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        params = p if isinstance(p := message.get("params"), dict) else {}
+        result: object
         try:
             if method == "push/event":
                 result = await self.requests.push(conn, params)
@@ -522,9 +524,9 @@ class McplRelay:
 
     def pick(self, candidates: list[ClientSession], owner: Any) -> ClientSession | None:
         """The session whose call the backend is serving, if it qualifies, else the most recently active."""
-        session = getattr(owner, "session", None)
-        if session is not None and session in candidates:
-            return session
+        # The owners of forwarded calls are CallSinks; a subscriptions/listen stream's has no session.
+        if isinstance(owner, CallSink) and owner.session in candidates:
+            return owner.session
         live = [s for s in candidates if not s.closed]
         return max(live, key=lambda s: s.last_seen) if live else None
 
@@ -548,13 +550,13 @@ class McplRelay:
 
     @staticmethod
     def _channel_for(session: ClientSession, conn: BackendConnection | None, owner: Any) -> Channel:
-        if getattr(owner, "session", None) is session:
-            return owner.channel  # type: ignore[no-any-return]
+        if isinstance(owner, CallSink) and owner.session is session:
+            return owner.channel
         if conn is not None:
             # Carriers without relation (stdio, WebSocket): the newest call of this session in flight there.
             for other in reversed(conn.owners_inflight()):
-                if getattr(other, "session", None) is session:
-                    return other.channel  # type: ignore[no-any-return]
+                if isinstance(other, CallSink) and other.session is session:
+                    return other.channel
         return session.standalone
 
     def audit(

@@ -75,7 +75,8 @@ class ServerRequests:
                 reason=decision.reason,
             )
             raise jsonrpc.RpcError(decision.code, decision.reason, decision.data)
-        return fs, eligible  # type: ignore[return-value]
+        assert isinstance(fs, str)  # the feature-set policy refuses any other tag
+        return fs, eligible
 
     async def push(self, conn: BackendConnection, params: dict[str, Any]) -> dict[str, Any]:
         relay = self._relay
@@ -114,9 +115,8 @@ class ServerRequests:
         relay.audit("rejected", None, conn.name, "push/event", feature_set=fs, event_id=event_id, reason=reason)
         return {"accepted": False, "reason": reason}
 
-    async def inference(
-        self, conn: BackendConnection, upstream_id: Any, params: dict[str, Any], owner: Any
-    ) -> dict[str, Any]:
+    async def inference(self, conn: BackendConnection, upstream_id: Any, params: dict[str, Any], owner: Any) -> object:
+        """The host's result, relayed as it answered."""
         relay = self._relay
         if relay.in_hook[conn.name]:
             reason = (
@@ -136,7 +136,7 @@ class ServerRequests:
         forward = {**params, "featureSet": exposed(session.view, conn.name, fs)}
         hints = self._routing_hints(conn.name, fs)
         if hints:
-            prefs = params.get("preferences") if isinstance(params.get("preferences"), dict) else {}
+            prefs = p if isinstance(p := params.get("preferences"), dict) else {}
             forward["preferences"] = {**prefs, **hints}
         if isinstance(conversation, str):
             relay.pin_conversation(conversation, session)
@@ -166,7 +166,8 @@ class ServerRequests:
                 hints.update(keys)
         return hints
 
-    async def model_info(self, conn: BackendConnection, owner: Any) -> dict[str, Any]:
+    async def model_info(self, conn: BackendConnection, owner: Any) -> object:
+        """The host's result, relayed as it answered, else the model the latest context hook named."""
         relay = self._relay
         hosts = [s for s in relay.sessions_of(conn.name) if s.mcpl is not None]
         session = relay.pick(hosts, owner)

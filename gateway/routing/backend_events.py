@@ -194,7 +194,7 @@ class BackendEvents:
 
     def on_notification(self, conn: BackendConnection, message: dict[str, Any]) -> None:
         method = message.get("method", "")
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        params = p if isinstance(p := message.get("params"), dict) else {}
         if self._mcpl.on_server_notification(conn, message):
             return
         kinds = _KINDS_OF_CHANGE.get(method)

@@ -277,7 +277,8 @@ class Router:
         params = {**event.params, "name": original}
         if kind == "tools" and self._chain.has_dispatch:
             merged = session.view.merged.get("tools")
-            item = merged.by_key.get(event.params.get("name")) if merged is not None else None
+            # resolve_name accepted it: params.name is a non-empty string.
+            item = merged.by_key.get(event.params["name"]) if merged is not None else None
             # MCPL §7.7: what the scope check needs, only for calls that carry a scope.
             facts = self._mcpl.call_facts(session, backend, event.params) if "scope" in params else None
             decision = await self._chain.dispatch(event, call.principal, Target(backend, original, item, facts))

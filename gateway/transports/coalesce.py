@@ -10,7 +10,7 @@ iteration, and SSE events still leave as soon as they are produced.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -59,11 +59,14 @@ ABORT_KEY = "switchboard.abort"
 
 
 class CoalescingHttpToolsProtocol(HttpToolsProtocol):
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(CoalescingTransport(transport, asyncio.get_running_loop()))  # type: ignore[arg-type]
+    # Like uvicorn's own, this narrows asyncio.Protocol's BaseTransport parameter to a Transport.
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's signature
+        coalescing = CoalescingTransport(transport, asyncio.get_running_loop())
+        super().connection_made(coalescing)  # type: ignore[arg-type]  # a duck-typed Transport: __getattr__ forwards
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
         # A door that must drop a client which stopped reading cannot finish its response (the
         # send is blocked on a full socket); aborting the connection is the clean way out.
-        self.scope[ABORT_KEY] = self.transport.abort  # type: ignore[index]
+        # The scope is a plain dict at runtime; uvicorn's HTTPScope TypedDict lists only the ASGI spec's keys.
+        cast(dict[str, Any], self.scope)[ABORT_KEY] = self.transport.abort

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from gateway import jsonrpc
 
-Scope = dict[str, Any]
+# What an ASGI server passes (a dict from uvicorn; starlette types it as this mapping).
+Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -85,12 +86,12 @@ def accepts(scope: Scope, *types: str) -> bool:
     return True
 
 
-def drop_hook(scope: Scope) -> Callable[[], None]:
+def drop_hook(scope: Scope) -> Callable[[], object]:
     """How to cut this client off when it stops reading: abort its connection if the server lets
     us (see transports/coalesce.py), else cancel the writing task."""
-    abort = scope.get("switchboard.abort")
+    abort: Callable[[], None] | None = scope.get("switchboard.abort")
     if abort is not None:
-        return abort  # type: ignore[no-any-return]
+        return abort
     task = asyncio.current_task()
     return task.cancel if task is not None else (lambda: None)
 

@@ -17,13 +17,13 @@ import asyncio
 import contextlib
 import logging
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from adapters import mcpx
-from gateway.topics import JoinRefused, Participant, Topic
+from gateway.topics import JoinRefused, Mode, Participant, Topic
 from policies.auth import AuthError, Credentials, bearer_token
 from policies.chain import Decision
 from policies.patterns import CapabilitySet
@@ -49,6 +49,10 @@ def token_of(ws: WebSocket) -> str | None:
     if ws.headers.get("authorization"):
         return bearer_token(ws.headers.get("authorization"))
     return ws.query_params.get("token") or None
+
+
+def _is_mode(value: str) -> TypeGuard[Mode]:
+    return value in ("all", "directed")
 
 
 class _Outbox:
@@ -94,7 +98,7 @@ class McpxDoor:
         if not _TOPIC_NAME.match(topic_name):
             await self._refuse(ws, _POLICY_VIOLATION, "topic query parameter missing or not a valid name")
             return
-        if mode not in ("all", "directed"):
+        if not _is_mode(mode):
             await self._refuse(ws, _POLICY_VIOLATION, "mode must be 'all' or 'directed'")
             return
         try:
@@ -107,7 +111,7 @@ class McpxDoor:
             credentials.name,
             self.capabilities_of(credentials, topic_name),
             outbox.deliver,
-            mode,  # type: ignore[arg-type]
+            mode,
         )
         await ws.accept()
         try:
@@ -146,7 +150,7 @@ class McpxDoor:
                 await asyncio.wait_for(ws.close(code=_TRY_AGAIN_LATER, reason=reason), _CLOSE_WAIT_S)
 
         task = asyncio.get_running_loop().create_task(close())
-        self._background = getattr(self, "_background", set())
+        self._background: set[asyncio.Task[None]] = getattr(self, "_background", set())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 

@@ -56,7 +56,8 @@ async def open_std_streams() -> tuple[asyncio.StreamReader, Send, asyncio.Task[N
     else:
 
         async def feed() -> None:
-            while chunk := await asyncio.to_thread(sys.stdin.buffer.read1, _CHUNK):
+            read1 = sys.stdin.buffer.read1  # type: ignore[union-attr]  # a BufferedReader; typeshed says BinaryIO
+            while chunk := await asyncio.to_thread(read1, _CHUNK):
                 reader.feed_data(chunk)
             reader.feed_eof()
 

@@ -282,7 +282,9 @@ class StreamableHttpDoor:
         except asyncio.CancelledError:
             if gone is None or not gone.done() or gone.cancelled():
                 raise
-            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            task = asyncio.current_task()
+            assert task is not None  # this coroutine runs in a task
+            task.uncancel()
             channel.close()
             if writer is not None:
                 writer.cancel()
@@ -321,7 +323,9 @@ class StreamableHttpDoor:
         except asyncio.CancelledError:
             if gone is None or not gone.done() or gone.cancelled():
                 raise
-            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            task = asyncio.current_task()
+            assert task is not None  # this coroutine runs in a task
+            task.uncancel()
         if gone is not None:
             gone.cancel()
 

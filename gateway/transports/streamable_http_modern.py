@@ -134,7 +134,7 @@ class ModernExchange:
             return 200, {**response, "result": mcp_modern.stamp_result(method, response["result"])}
         error = response.get("error")
         code = error.get("code") if isinstance(error, dict) else None
-        return _STATUS.get(code, 200), response  # type: ignore[arg-type]
+        return _STATUS.get(code, 200) if isinstance(code, int) else 200, response
 
     def discover(self, view: View) -> dict[str, Any]:
         identity = self._gw.server_identity(view)
@@ -153,7 +153,8 @@ class ModernExchange:
     async def _check_param_headers(self, view: View, headers: dict[str, str], message: dict[str, Any]) -> None:
         params = message.get("params") or {}
         merged = view.merged.get("tools") or await self._gw.catalog.merged(view, "tools")
-        tool = merged.by_key.get(params.get("name"))
+        name = params.get("name")  # check_headers made it a string equal to Mcp-Name
+        tool = merged.by_key.get(name) if isinstance(name, str) else None
         schema = tool.get("inputSchema") if tool is not None else None
         mcp_modern.check_param_headers(headers, schema, params.get("arguments"))
 
@@ -225,7 +226,7 @@ class ModernExchange:
                 for _, note in batch:
                     if note.get("method") not in methods:
                         continue
-                    note_params = note.get("params") if isinstance(note.get("params"), dict) else {}
+                    note_params = p if isinstance(p := note.get("params"), dict) else {}
                     tagged = {**note, "params": {**note_params, "_meta": {**(note_params.get("_meta") or {}), **meta}}}
                     events.append(sse.encode(jsonrpc.dumps(tagged)))
                 if events:

@@ -6,14 +6,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from gateway.channels import ChannelOverflow, absorb_overflow
 from gateway.transports.framed import handle_frame, pump_out
-from gateway.transports.http_common import bearer_challenge
+from gateway.transports.http_common import Scope, bearer_challenge
 from policies.auth import AuthError
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ _TRY_AGAIN_LATER = 1013
 
 
 class WebSocketDoor:
-    def __init__(self, gateway: Gateway, view_of: Callable[[dict[str, Any]], View | None]) -> None:
+    def __init__(self, gateway: Gateway, view_of: Callable[[Scope], View | None]) -> None:
         self._gw = gateway
         self._view_of = view_of
         self._limits = gateway.config.limits

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from gateway import jsonrpc
 from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
@@ -140,7 +140,7 @@ class DemoServer:
             return {"content": [{"type": "text", "text": text}]}
         if name == "add":
             a, b = args.get("a"), args.get("b")
-            if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b)):
+            if not (_number(a) and _number(b)):
                 return _tool_error("add needs numbers 'a' and 'b'")
             total = a + b
             return {"content": [{"type": "text", "text": str(total)}], "structuredContent": {"sum": total}}
@@ -184,6 +184,10 @@ def _tool_error(text: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
+def _number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 class BuiltinCarrier(Carrier):
     """Connects the gateway to an in-process server with the same message contract as a real carrier."""
 
@@ -217,7 +221,7 @@ class BuiltinCarrier(Carrier):
         task = asyncio.create_task(self._run(message))
         if rpc_id is not None:
             self._tasks[rpc_id] = task
-            task.add_done_callback(lambda _t, k=rpc_id: self._tasks.pop(k, None))
+            task.add_done_callback(lambda _t: self._tasks.pop(rpc_id, None))
 
     async def _run(self, message: dict[str, Any]) -> None:
         assert self._inbound

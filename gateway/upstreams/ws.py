@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
+from websockets.typing import Subprotocol
 
 from gateway import jsonrpc
 from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
@@ -35,7 +36,7 @@ class WsCarrier(Carrier):
     async def open(self, inbound: Inbound) -> None:
         self._ws = await connect(
             self._url,
-            subprotocols=["mcp"],  # type: ignore[list-item]
+            subprotocols=[Subprotocol("mcp")],
             additional_headers=self._headers,
             max_size=self._max,
             open_timeout=15,
