@@ -17,6 +17,13 @@ from typing import Any
 
 from adapters.mcp import LEGACY_VERSIONS
 
+# The modern era's error codes (the numbers live in the one error table).
+from gateway.errors import (
+    HEADER_MISMATCH as HEADER_MISMATCH,
+    MISSING_REQUIRED_CLIENT_CAPABILITY as MISSING_REQUIRED_CLIENT_CAPABILITY,
+    UNSUPPORTED_PROTOCOL_VERSION as UNSUPPORTED_PROTOCOL_VERSION,
+)
+
 MODERN_VERSIONS = ("2026-07-28",)
 LATEST_MODERN = MODERN_VERSIONS[-1]
 
@@ -27,9 +34,7 @@ LOG_LEVEL_KEY = "io.modelcontextprotocol/logLevel"
 SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
 SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
 
-HEADER_MISMATCH = -32020
-MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
-UNSUPPORTED_PROTOCOL_VERSION = -32022
+
 MODERN_ERROR_CODES = frozenset({HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY, UNSUPPORTED_PROTOCOL_VERSION})
 
 # Methods whose target is mirrored in the Mcp-Name header, and where the body keeps it.

@@ -12,19 +12,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+# Appendix A and §14.6 (the numbers live in the one error table).
+from gateway.errors import (
+    CHANNEL_NOT_PERMITTED as CHANNEL_NOT_PERMITTED,
+    CHANNEL_OPEN_FAILED as CHANNEL_OPEN_FAILED,
+    CHECKPOINT_NOT_FOUND as CHECKPOINT_NOT_FOUND,
+    FEATURE_SET_NOT_ENABLED as FEATURE_SET_NOT_ENABLED,
+    UNKNOWN_CHANNEL as UNKNOWN_CHANNEL,
+    UNKNOWN_FEATURE_SET as UNKNOWN_FEATURE_SET,
+)
 from gateway.events import Dialect, Event
 
 DIALECT = Dialect.MCPL
 VERSION = "0.4"
 _MCPL_METHODS = ("push/", "context/", "inference/", "featureSets/", "scope/", "channels/", "state/", "model/")
 
-# Appendix A and §14.6.
-FEATURE_SET_NOT_ENABLED = -32001
-UNKNOWN_FEATURE_SET = -32003
-CHECKPOINT_NOT_FOUND = -32005
-CHANNEL_NOT_PERMITTED = -32017
-UNKNOWN_CHANNEL = -32023
-CHANNEL_OPEN_FAILED = -32024
 
 # Server -> host requests and notifications the gateway answers or routes (never passed through blind).
 SERVER_REQUESTS = frozenset(

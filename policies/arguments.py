@@ -31,13 +31,14 @@ from typing import Any
 import fastjsonschema
 import orjson
 
+from gateway.errors import INVALID_PARAMS
 from gateway.events import Event, Kind
 from policies.chain import Decision, Stage, Target
 from policies.principal import Principal
 
 log = logging.getLogger(__name__)
 
-INVALID_ARGUMENTS = -32602  # JSON-RPC "Invalid params"
+INVALID_ARGUMENTS = INVALID_PARAMS
 
 Validator = Callable[[Any], Any]
 

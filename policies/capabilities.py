@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from gateway.errors import CAPABILITY_DENIED
 from gateway.events import Dialect, Event, Kind
 from policies.chain import Decision, Stage, Target
 from policies.principal import Principal
-
-CAPABILITY_DENIED = -32093
 
 
 class CapabilityPolicy:

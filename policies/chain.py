@@ -27,8 +27,6 @@ class Decision:
     data: dict[str, object] | None = None
     # Audit outcome label: allowed | denied | rate_limited | invalid | pinned.
     outcome: str = "allowed"
-    # HTTP status a front door should answer with where its transport allows (e.g. 429).
-    http_status: int | None = None
 
 
 ALLOW = Decision(True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from gateway.errors import RATE_LIMITED
 from gateway.events import Dialect, Event
 from policies.chain import Decision, Stage, Target
 from policies.principal import Principal
@@ -17,7 +18,7 @@ from policies.principal import Principal
 if TYPE_CHECKING:
     from gateway.bus.base import Bus
 
-ENVELOPE_RATE_LIMITED = -32029
+ENVELOPE_RATE_LIMITED = RATE_LIMITED
 
 
 class EnvelopeRatePolicy:

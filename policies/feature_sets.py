@@ -19,14 +19,12 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from gateway.errors import FEATURE_SET_NOT_ENABLED, INVALID_PARAMS, UNKNOWN_FEATURE_SET
 from gateway.events import Event
 from policies.chain import Decision, Stage, Target
 from policies.globs import compile_glob, is_literal
 from policies.principal import Principal
 
-FEATURE_SET_NOT_ENABLED = -32001
-UNKNOWN_FEATURE_SET = -32003
-INVALID_PARAMS = -32602
 POLICY = "mcpl.feature_sets"
 
 # How many distinct patterns one host session's selection remembers. The patterns come from a remote

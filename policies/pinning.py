@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from gateway.errors import TOOL_PINNED
 from gateway.events import Event
 from policies.chain import Decision, Stage, Target
 from policies.principal import Principal
@@ -32,7 +33,6 @@ if TYPE_CHECKING:  # policies depend on gateway.events only; these arrive as con
 
 log = logging.getLogger(__name__)
 
-TOOL_PINNED = -32097
 MODES = ("off", "warn", "enforce")
 _FLAG_TTL_S = 24 * 3600.0
 

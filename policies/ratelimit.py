@@ -22,6 +22,7 @@ import math
 import time
 from typing import TYPE_CHECKING
 
+from gateway.errors import RATE_LIMITED
 from gateway.events import Event, Kind
 from policies.chain import Decision, Stage, Target
 from policies.patterns import star_glob
@@ -33,7 +34,6 @@ if TYPE_CHECKING:  # policies import only gateway.events at run time (DESIGN.md,
 
 log = logging.getLogger(__name__)
 
-RATE_LIMITED = -32029
 
 _ERROR_LOG_INTERVAL_S = 60.0
 _TOOL_CACHE_SIZE = 4096
@@ -113,7 +113,6 @@ class RateLimitPolicy:
                 f"rate limit exceeded for {what}; its burst is below one request",
                 {},
                 outcome="rate_limited",
-                http_status=429,
             )
         retry_ms = math.ceil(wait_s * 1000)
         return Decision(
@@ -123,5 +122,4 @@ class RateLimitPolicy:
             f"rate limit exceeded for {what}; retry in {retry_ms} ms",
             {"retryAfterMs": retry_ms},
             outcome="rate_limited",
-            http_status=429,
         )

@@ -12,6 +12,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from gateway.errors import CAPABILITY_DENIED
 from gateway.events import Event
 from policies.chain import Decision, Stage, Target
 from policies.globs import compile_glob, matches_any
@@ -138,7 +139,7 @@ def to_wire(rules: ScopeRules) -> dict[str, list[str]]:
 
 
 SCOPES_POLICY = "mcpl.scopes"
-SCOPE_DENIED = -32093  # the gateway's "a policy refused this" code (gateway.jsonrpc.CAPABILITY_DENIED)
+SCOPE_DENIED = CAPABILITY_DENIED  # the gateway's "a policy refused this" code
 
 
 @dataclass(frozen=True, slots=True)

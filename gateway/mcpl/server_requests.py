@@ -18,8 +18,7 @@ from gateway import jsonrpc
 from gateway.mcpl.state import exposed
 from gateway.sessions import ClientSession
 from policies.chain import Target
-from policies.feature_sets import POLICY as FEATURE_SETS_POLICY
-from policies.feature_sets import TagFacts
+from policies.feature_sets import POLICY as FEATURE_SETS_POLICY, TagFacts
 from policies.globs import compile_glob
 from policies.patterns import CapabilitySet
 from policies.principal import Principal

@@ -19,9 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import adapters
-from adapters import mcp as mcp_adapter
-from adapters import mcp_draft
-from adapters import mcpl as mcpl_adapter
+from adapters import mcp as mcp_adapter, mcp_draft, mcpl as mcpl_adapter
 from adapters.mcp import LOG_LEVELS
 from gateway import jsonrpc
 from gateway.federation import LIST_METHODS, ListKind, View

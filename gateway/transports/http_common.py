@@ -7,7 +7,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
-from gateway import jsonrpc
+from gateway import errors, jsonrpc
 
 # What an ASGI server passes (a dict from uvicorn; starlette types it as this mapping).
 Scope = MutableMapping[str, Any]
@@ -137,3 +137,16 @@ async def wait_disconnect(receive: Receive) -> None:
         message = await receive()
         if message["type"] == "http.disconnect":
             return
+
+
+def http_status_of(response: dict[str, Any], *, modern: bool = False) -> int:
+    """The HTTP status of an answer, by the one error table (gateway/errors.py)."""
+    error = response.get("error")
+    return errors.http_status(error.get("code"), modern=modern) if isinstance(error, dict) else 200
+
+
+def retry_after(response: dict[str, Any] | None) -> str | None:
+    error = (response or {}).get("error")
+    data = error.get("data") if isinstance(error, dict) else None
+    ms = data.get("retryAfterMs") if isinstance(data, dict) else None
+    return str(max(1, -(-int(ms) // 1000))) if isinstance(ms, (int, float)) else None

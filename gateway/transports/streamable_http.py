@@ -27,7 +27,9 @@ from gateway.transports.http_common import (
     accepts,
     drop_hook,
     header,
+    http_status_of,
     read_body,
+    retry_after,
     send_bytes,
     send_rpc_error,
     send_unauthorized,
@@ -36,21 +38,6 @@ from gateway.transports.http_common import (
 from gateway.transports.streamable_http_modern import ModernExchange
 from policies.auth import AuthError
 from policies.principal import Principal
-from policies.ratelimit import RATE_LIMITED
-
-
-def http_status_of(response: dict[str, Any], default: int = 200) -> int:
-    """A rate-limited answer is 429 where the transport can say so (the JSON-RPC error says it too)."""
-    error = response.get("error")
-    return 429 if isinstance(error, dict) and error.get("code") == RATE_LIMITED else default
-
-
-def retry_after(response: dict[str, Any] | None) -> str | None:
-    error = (response or {}).get("error")
-    data = error.get("data") if isinstance(error, dict) else None
-    ms = data.get("retryAfterMs") if isinstance(data, dict) else None
-    return str(max(1, -(-int(ms) // 1000))) if isinstance(ms, (int, float)) else None
-
 
 if TYPE_CHECKING:
     from gateway.core import Gateway
@@ -298,7 +285,7 @@ class StreamableHttpDoor:
         if response is not None and finish is not None:
             status, response = finish(response)
         elif response is not None:
-            status = http_status_of(response, status)
+            status = http_status_of(response)
         retry = retry_after(response) if status == 429 else None
         if retry is not None:
             extra = [*extra, ("retry-after", retry)]

@@ -16,7 +16,7 @@ import secrets
 from typing import TYPE_CHECKING, Any
 
 from adapters import mcp_modern
-from gateway import jsonrpc, sse
+from gateway import errors, jsonrpc, sse
 from gateway.channels import ChannelOverflow, guarded_write
 from gateway.routing.listen import REFUSED_META_KEY, ListenAdmission
 from gateway.sessions import ClientSession
@@ -25,13 +25,13 @@ from gateway.transports.http_common import (
     Scope,
     Send,
     drop_hook,
+    http_status_of,
     send_bytes,
     send_rpc_error,
     send_unauthorized,
     wait_disconnect,
 )
 from policies.auth import AuthError, Credentials
-from policies.ratelimit import RATE_LIMITED
 
 if TYPE_CHECKING:
     from gateway.core import Gateway
@@ -42,17 +42,6 @@ log = logging.getLogger(__name__)
 
 TRANSPORT = "modern"
 LISTEN_TRANSPORT = "modern-listen"
-# HTTP status of an error answer, by JSON-RPC code (others: 200).
-_STATUS = {
-    jsonrpc.PARSE_ERROR: 400,
-    jsonrpc.INVALID_REQUEST: 400,
-    jsonrpc.INVALID_PARAMS: 400,
-    mcp_modern.HEADER_MISMATCH: 400,
-    mcp_modern.MISSING_REQUIRED_CLIENT_CAPABILITY: 400,
-    mcp_modern.UNSUPPORTED_PROTOCOL_VERSION: 400,
-    jsonrpc.METHOD_NOT_FOUND: 404,
-    RATE_LIMITED: 429,
-}
 
 
 def _headers(scope: Scope) -> dict[str, str]:
@@ -132,9 +121,7 @@ class ModernExchange:
     def _finish(method: str, response: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if "result" in response:
             return 200, {**response, "result": mcp_modern.stamp_result(method, response["result"])}
-        error = response.get("error")
-        code = error.get("code") if isinstance(error, dict) else None
-        return _STATUS.get(code, 200) if isinstance(code, int) else 200, response
+        return http_status_of(response, modern=True), response
 
     def discover(self, view: View) -> dict[str, Any]:
         identity = self._gw.server_identity(view)
@@ -183,7 +170,9 @@ class ModernExchange:
             grant = await self._listen_admission.admit(listener, listener.principal, message)
         except jsonrpc.RpcError as exc:
             self._gw.sessions.end(listener)
-            await send_rpc_error(send, _STATUS.get(exc.code, 200), exc.code, exc.message, rpc_id, data=exc.data)
+            await send_rpc_error(
+                send, errors.http_status(exc.code, modern=True), exc.code, exc.message, rpc_id, data=exc.data
+            )
             return
         methods = grant.methods
         channel = listener.standalone

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.config import Backend as BackendConfig
-from gateway.config import Limits
+from gateway.config import Backend as BackendConfig, Limits
 from gateway.upstreams.base import Carrier
 
 

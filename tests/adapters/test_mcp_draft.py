@@ -6,8 +6,7 @@ import copy
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from adapters import mcp_draft as d
 from adapters.mcp import LATEST_LEGACY, LEGACY_VERSIONS

@@ -6,8 +6,7 @@ import base64
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from adapters import mcp_modern as m
 from adapters.mcp import LEGACY_VERSIONS

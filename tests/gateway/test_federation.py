@@ -8,8 +8,7 @@ import logging
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from gateway import federation
 from gateway.federation import BackendCatalog, Namer, View, rewrite_result

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from gateway.transports.stdio import TOO_LONG, lines
 

@@ -76,7 +76,6 @@ async def test_uncovered_request_is_denied_with_code_reason_and_data() -> None:
     assert "'bob'" in decision.reason
     assert decision.data == {"action": "mcp/request:tools/call:rm_rf", "principal": "bob"}
     assert decision.outcome == "denied"
-    assert decision.http_status is None
 
 
 def test_capability_policy_is_an_admission_policy() -> None:

@@ -6,8 +6,7 @@ from fnmatch import fnmatchcase
 from unittest.mock import patch
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from policies.chain import Decision
 from policies.feature_sets import (

@@ -5,8 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from policies.patterns import CapabilitySet, matches
 from tests.security.grammar_model import reference

@@ -12,6 +12,7 @@ import pytest
 from gateway.bus import Bus, MemoryBus
 from gateway.bus.redis import RedisBus
 from gateway.config import Bucket, RateLimits
+from gateway.errors import http_status
 from gateway.events import Event, Kind
 from policies import CapabilitySet, PolicyChain, Principal
 from policies.ratelimit import RATE_LIMITED, RateLimitPolicy
@@ -62,7 +63,7 @@ async def test_per_principal_burst_then_a_precise_denial(bus: Bus) -> None:
     assert decision.policy == "rate_limit"
     assert decision.code == RATE_LIMITED == -32029
     assert decision.outcome == "rate_limited"
-    assert decision.http_status == 429
+    assert http_status(decision.code, modern=True) == http_status(decision.code, modern=False) == 429
     assert decision.data is not None
     retry = decision.data["retryAfterMs"]
     assert isinstance(retry, int) and 900 < retry <= 1000
@@ -157,7 +158,7 @@ async def test_a_refused_tool_call_does_not_drain_the_principal_bucket(bus: Bus)
 async def test_a_burst_below_one_request_always_refuses_without_a_retry_time(bus: Bus) -> None:
     policy = RateLimitPolicy(limits(per_principal={"per_s": 10, "burst": 0.5}), bus)
     decision = await policy.check(call(), who(), None)
-    assert decision is not None and decision.http_status == 429
+    assert decision is not None and http_status(decision.code, modern=False) == 429
     assert decision.data == {}
     assert "burst is below one request" in decision.reason
 

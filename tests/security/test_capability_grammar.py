@@ -10,8 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from gateway.events import Kind, action_string
 from policies.patterns import CapabilitySet, matches

@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from gateway.config import Auth, Jwt, PrincipalConfig
 from policies.auth import Authenticator, AuthError, PrincipalRegistry, bearer_token

@@ -11,8 +11,7 @@ from typing import Any
 
 import httpx
 import orjson
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, settings, strategies as st
 
 from tests.support import RunningGateway
 

@@ -7,8 +7,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from tests.security.fuzz.clients import SseSession
 from tests.security.fuzz.support import (

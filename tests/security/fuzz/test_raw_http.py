@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from tests.security.fuzz.clients import assert_raw_fine
 from tests.security.fuzz.support import fuzz, port_of

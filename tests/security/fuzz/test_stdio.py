@@ -6,8 +6,7 @@ import json
 import time
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from tests.security.fuzz.clients import StdioGateway
 from tests.security.fuzz.support import (

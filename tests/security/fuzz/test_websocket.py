@@ -10,8 +10,7 @@ import time
 import uuid
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from tests.security.fuzz.clients import _statuses, assert_raw_fine, open_ws, ws_initialize, ws_probe
 from tests.security.fuzz.support import (
