@@ -15,8 +15,8 @@ from gateway.admin import AdminApi
 from gateway.config import Config
 from gateway.core import Gateway
 from gateway.federation import View
-from gateway.mcpx_api import McpxApi
-from gateway.transports.mcpx import McpxDoor
+from gateway.mcpx.api import McpxApi
+from gateway.mcpx.door import McpxDoor
 from gateway.transports.origin import OriginGuard, refuse
 from gateway.transports.sse import LegacySseDoor
 from gateway.transports.streamable_http import StreamableHttpDoor

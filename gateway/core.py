@@ -17,7 +17,8 @@ from gateway.config import Config
 from gateway.eras import EraBridge
 from gateway.federation import BackendCatalog, Namer, View
 from gateway.mcpl import McplRelay
-from gateway.mcpx_bridge import BackendParticipants
+from gateway.mcpx.bridge import BackendParticipants
+from gateway.mcpx.hub import TopicHub
 from gateway.metrics import Metrics
 from gateway.mrtr import Parking
 from gateway.routing import Router
@@ -28,7 +29,6 @@ from gateway.routing.forwarding import Forwarder
 from gateway.routing.levels import BackendLevels
 from gateway.routing.subscriptions import Subscriptions
 from gateway.sessions import ClientSession, SessionStore
-from gateway.topics import TopicHub
 from gateway.transports.http_common import Scope, header
 from gateway.upstreams import make_carrier
 from gateway.upstreams.connection import BackendConnection
@@ -123,7 +123,7 @@ class Gateway:
         )
         for name in names:
             self.metrics.backend_up.labels(name).set(0)
-        # MCPx topics (front door gateway/transports/mcpx.py); backends may sit in them as participants.
+        # MCPx topics (gateway/mcpx/: the door is door.py); backends may sit in them as participants.
         self.topics = TopicHub(config.mcpx.max_participants_per_topic, tuple(config.mcpx.topics))
         self.topic_backends = BackendParticipants(self)
 

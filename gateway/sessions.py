@@ -72,9 +72,9 @@ class ClientSession:
         self.outgoing: dict[str, Outgoing] = {}
         self.subscriptions: set[tuple[str, str]] = set()
         self.closed = False
-        # Modern (2026-07-28) clients cannot be asked mid-request: a backend's request to them is
+        # A modern (2026-07-28) client cannot be asked mid-request: a backend's request to it is
         # collected here and turned into an input_required result (see gateway/mrtr.py).
-        self.mrtr = False
+        self.modern_client = False
         self.input_requests: list[tuple[str, str, Any]] = []
         self.input_ready: asyncio.Event | None = None
         self.missing_capabilities: list[str] = []
@@ -170,7 +170,7 @@ class ClientSession:
     def wants_log(self, level: Any) -> bool:
         if self.log_level is None:
             # Legacy: the server decides until setLevel. Modern: no logLevel in _meta, no logs.
-            return not self.mrtr
+            return not self.modern_client
         return level_rank(level if isinstance(level, str) else None) >= level_rank(self.log_level)
 
     def on_close(self, callback: Callable[[ClientSession], None]) -> None:

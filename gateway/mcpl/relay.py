@@ -161,7 +161,7 @@ class McplRelay:
     def on_initialize(self, session: ClientSession, params: dict[str, Any], result: dict[str, Any]) -> None:
         """An MCPL host's initialize: remember it and show it the merged MCPL capabilities."""
         host = mcpl.capabilities(params)
-        if host is None or session.mrtr:
+        if host is None or session.modern_client:
             return
         session.mcpl = McplSession(host)
         caps = result.setdefault("capabilities", {})

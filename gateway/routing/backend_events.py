@@ -122,7 +122,7 @@ class BackendEvents:
             return
         if needed is not None and needed not in session.client_capabilities:
             self._refuse(conn, upstream_id, f"the client did not declare the {needed!r} capability")
-            if session.mrtr:
+            if session.modern_client:
                 # A modern client is told which capability its request needs (-32021).
                 session.missing_capabilities.append(needed)
                 if session.input_ready is not None:
@@ -130,7 +130,7 @@ class BackendEvents:
             return
         gid = session.next_outgoing_id()
         out = Outgoing(conn, upstream_id, method)
-        if session.mrtr:
+        if session.modern_client:
             # Collected, not sent: the modern client gets them as an input_required result (gateway/eras.py).
             session.outgoing[gid] = out
             session.input_requests.append((gid, method, message.get("params")))

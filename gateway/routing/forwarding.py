@@ -52,7 +52,7 @@ def finish(
     A legacy client does not see the modern era's result fields."""
     if "result" in response:
         result = response["result"]
-        if not session.mrtr:
+        if not session.modern_client:
             result = mcp_modern.strip_modern_fields(result)
         return jsonrpc.result(client_id, rewrite_result(session.view.namer, backend, method, result))
     error = response.get("error")
@@ -81,7 +81,7 @@ class Forwarder:
                 f"too many requests in flight on this session (limit {self._limits.max_inflight_per_session})",
             )
         method = event.method or ""
-        if session.mrtr:
+        if session.modern_client:
             return Routed(await self._eras.for_modern_client(call, backend, conn, params), backend)
         response = await call_backend(session, event.rpc_id, conn, method, params, call.channel)
         if conn.era == "modern":

@@ -114,7 +114,7 @@ class ModernExchange:
         session.client_info = envelope.client_info
         session.log_level = envelope.log_level
         session.initialized = True
-        session.mrtr = True
+        session.modern_client = True
         return session
 
     @staticmethod
@@ -165,7 +165,7 @@ class ModernExchange:
         listener.protocol_version = envelope.version
         listener.client_capabilities = envelope.capabilities
         listener.initialized = True
-        listener.mrtr = True
+        listener.modern_client = True
         try:
             grant = await self._listen_admission.admit(listener, listener.principal, message)
         except jsonrpc.RpcError as exc:

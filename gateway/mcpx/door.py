@@ -23,7 +23,7 @@ import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from adapters import mcpx
-from gateway.topics import JoinRefused, Mode, Participant, Topic
+from gateway.mcpx.hub import JoinRefused, Mode, Participant, Topic
 from policies.auth import AuthError, Credentials, bearer_token
 from policies.chain import Decision
 from policies.patterns import CapabilitySet

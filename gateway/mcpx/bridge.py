@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from adapters import mcpx
 from gateway import jsonrpc
-from gateway.topics import JoinRefused, Participant
+from gateway.mcpx.hub import JoinRefused, Participant
 from policies.chain import Target
 from policies.patterns import CapabilitySet
 from policies.principal import Principal

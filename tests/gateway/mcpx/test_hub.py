@@ -1,4 +1,4 @@
-"""gateway/topics.py: membership, welcome/presence order, routing modes, slow consumers, proposals."""
+"""gateway/mcpx/hub.py: membership, welcome/presence order, routing modes, slow consumers, proposals."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from adapters import mcpx
-from gateway.topics import JoinRefused, Participant, TopicHub
+from gateway.mcpx.hub import JoinRefused, Participant, TopicHub
 from policies.patterns import CapabilitySet
 
 
