@@ -6,8 +6,14 @@ over event ids (resumption) and over flushing each event at once (no buffering o
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -133,3 +139,16 @@ def encode(data: bytes | str, *, event: str | None = None, id: str | None = None
 
 
 KEEPALIVE = b": keep-alive\n\n"
+
+
+def message_of(event: SSEEvent, source: str) -> dict[str, Any] | None:
+    """The JSON-RPC message a ``message`` event carries, or None: another kind of event, no data, or
+    data that is not a JSON object (logged, naming ``source``: a peer that sends it is broken)."""
+    if event.event != "message" or not event.data:
+        return None
+    try:
+        message = orjson.loads(event.data)
+    except orjson.JSONDecodeError:
+        log.warning("%s sent a non-JSON SSE event", source)
+        return None
+    return message if isinstance(message, dict) else None

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from gateway import jsonrpc
+from gateway import jsonrpc, sse
 from gateway.sse import SSEParser
 from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
 from gateway.upstreams.httpclient import ConnectError, ConnectionPool, HttpError, encode_headers, target_of
@@ -205,14 +205,8 @@ class HttpCarrier(Carrier):
                     last_id = event.id
                 if event.retry_ms is not None:
                     retry_ms = event.retry_ms
-                if not event.data or event.event != "message":
-                    continue
-                try:
-                    msg = orjson.loads(event.data)
-                except orjson.JSONDecodeError:
-                    log.warning("backend %s sent a non-JSON SSE event", self._name)
-                    continue
-                if not isinstance(msg, dict):
+                msg = sse.message_of(event, f"backend {self._name}")
+                if msg is None:
                     continue
                 if jsonrpc.is_response(msg) and msg.get("id") == rpc_id:
                     answered = True

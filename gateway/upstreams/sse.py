@@ -9,9 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urljoin
 
-import orjson
-
-from gateway import jsonrpc
+from gateway import jsonrpc, sse
 from gateway.sse import SSEParser
 from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
 from gateway.upstreams.httpclient import ConnectionPool, HttpError, target_of
@@ -66,14 +64,8 @@ class SseCarrier(Carrier):
                             if not endpoint_ready.done():
                                 endpoint_ready.set_result(urljoin(self._url, endpoint))
                             continue
-                        if event.event != "message" or not event.data:
-                            continue
-                        try:
-                            msg = orjson.loads(event.data)
-                        except orjson.JSONDecodeError:
-                            log.warning("backend %s sent a non-JSON SSE event", self._name)
-                            continue
-                        if isinstance(msg, dict):
+                        msg = sse.message_of(event, f"backend {self._name}")
+                        if msg is not None:
                             inbound(msg, None)
             finally:
                 response.release()
