@@ -152,6 +152,13 @@ class Limits(_Model):
         120.0, gt=0, description="How long a backend's request to a client (sampling, elicitation) may wait."
     )
     session_idle_s: float = Field(1800.0, gt=0, description="Sessions idle this long are ended.")
+    startup_wait_s: float = Field(
+        2.0,
+        ge=0,
+        le=60,
+        description="How long initialize and lists wait for a backend still making its first connection; "
+        "one that connects later is announced with list_changed.",
+    )
     max_sessions: int = Field(10000, ge=1, description="Concurrent client sessions per replica.")
     max_inflight_per_session: int = Field(256, ge=1, description="Concurrent requests one session may have.")
     sse_keepalive_s: float = Field(15.0, gt=0, description="Interval of SSE keep-alive comments.")

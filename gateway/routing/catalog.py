@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# How long the first requests after start wait for a backend that is still connecting.
+# How long a call right after start waits for its backend, still making its first connection.
+# (Initialize and lists wait only limits.startup_wait_s: they answer with what is ready, and a
+# backend that connects later is announced with list_changed.)
 STARTUP_GRACE_S = 5.0
 
 
@@ -130,9 +132,9 @@ class Catalog:
         return items
 
     async def await_startup(self, view: View) -> None:
-        """Right after start, give backends that never connected yet a moment before answering."""
+        """Right after start, give backends that never connected yet a short moment before answering."""
         waits = [
-            conn.wait_ready(min(STARTUP_GRACE_S, conn.config.connect_timeout_s))
+            conn.wait_ready(min(self._config.limits.startup_wait_s, conn.config.connect_timeout_s))
             for conn in (self._connections[n] for n in view.backends)
             if conn.first_attempt_pending
         ]

@@ -13,6 +13,7 @@ Environment (all optional):
   CRASHY_JUNK        print a non-JSON line on stdout at start and before every response
   CRASHY_STUBBORN    ignore SIGTERM and keep running after stdin closes (only SIGKILL ends it)
   CRASHY_GRANDCHILD_PID_FILE  start a long-sleeping child process and write its pid here
+  CRASHY_START_DELAY_S  sleep this long before reading anything (a backend slow to start)
 """
 
 from __future__ import annotations
@@ -129,6 +130,7 @@ def main() -> None:
         )
         with open(grandchild_file, "w", encoding="utf-8") as f:
             f.write(str(child.pid))
+    time.sleep(float(os.environ.get("CRASHY_START_DELAY_S", "0")))
     if os.environ.get("CRASHY_JUNK"):
         sys.stdout.write("crashy starting up (not JSON)\n")
         sys.stdout.flush()
