@@ -9,6 +9,8 @@ from policies.principal import Principal
 
 
 class CapabilityPolicy:
+    """Also a :class:`~policies.chain.Visibility`: a list shows only the items whose call is allowed."""
+
     name = "capabilities"
     stage: Stage = "admission"
 
@@ -30,3 +32,6 @@ class CapabilityPolicy:
             {"action": action, "principal": principal.name},
             outcome="denied",
         )
+
+    def visible(self, action: str, principal: Principal, target: Target | None = None) -> bool:
+        return principal.capabilities.allows(action)

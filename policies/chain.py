@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from gateway.events import Event
 from policies.principal import Principal
@@ -55,12 +55,23 @@ class Policy(Protocol):
         """A denial, or None to let the next policy decide."""
 
 
+@runtime_checkable
+class Visibility(Protocol):
+    """A policy that also hides list items: the same rule that refuses a call hides the item whose
+    call it would refuse, so lists never show what cannot be used (one authorization check)."""
+
+    def visible(self, action: str, principal: Principal, target: Target | None) -> bool:
+        """Whether the item standing for ``action`` (at ``target``, when known) may be shown. Pure
+        and synchronous: it runs once per list item."""
+
+
 class PolicyChain:
     def __init__(self, policies: Sequence[Policy]) -> None:
         self.policies = tuple(policies)
         self._admission = tuple(p for p in self.policies if p.stage == "admission")
         self._dispatch = tuple(p for p in self.policies if p.stage == "dispatch")
         self.has_dispatch = bool(self._dispatch)
+        self._visibility = tuple(p for p in self.policies if isinstance(p, Visibility))
 
     async def admit(self, event: Event, principal: Principal) -> Decision:
         for policy in self._admission:
@@ -76,6 +87,6 @@ class PolicyChain:
                 return decision
         return ALLOW
 
-    def visible(self, action: str, principal: Principal) -> bool:
-        """Whether a list item (its would-be action) should be shown to the principal."""
-        return principal.capabilities.allows(action)
+    def visible(self, action: str, principal: Principal, target: Target | None = None) -> bool:
+        """Whether a list item (its would-be action, at ``target``) may be shown to the principal."""
+        return all(policy.visible(action, principal, target) for policy in self._visibility)

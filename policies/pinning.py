@@ -200,13 +200,19 @@ class PinStore:
 
 
 class PinningPolicy:
-    """Refuse calls to tools that changed their definition and await approval (mode "enforce")."""
+    """Refuse calls to tools that changed their definition and await approval (mode "enforce"), and
+    hide them from lists meanwhile (a :class:`~policies.chain.Visibility`)."""
 
     name = "pinning"
     stage: Stage = "dispatch"
 
     def __init__(self, store: PinStore) -> None:
         self.store = store
+
+    def visible(self, action: str, principal: Principal, target: Target | None = None) -> bool:
+        if target is None or target.name is None or not action.startswith("mcp/request:tools/call:"):
+            return True
+        return not self.store.is_hidden(target.backend, target.name)
 
     async def check(self, event: Event, principal: Principal, target: Target | None = None) -> Decision | None:
         if target is None or event.method != "tools/call":

@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gateway import jsonrpc
-from gateway.federation import CAPABILITY_OF, BackendCatalog, ListKind, Merged, View
+from gateway.federation import CAPABILITY_OF, KEY_OF, BackendCatalog, ListKind, Merged, View
+from policies.chain import Target
 
 if TYPE_CHECKING:
     from gateway.config import Config
@@ -63,6 +64,13 @@ def item_action(kind: ListKind, item: dict[str, Any]) -> str:
     return f"mcp/request:resources/read:{item['uriTemplate']}"
 
 
+def _target(merged: Merged, kind: ListKind, item: dict[str, Any]) -> Target | None:
+    """Where a listed item lives: its backend and the backend's own name for it."""
+    key = item.get(KEY_OF[kind])
+    hit = merged.index.get(key) if isinstance(key, str) else None
+    return Target(hit[0], hit[1], item) if hit is not None else None
+
+
 class Catalog:
     def __init__(
         self,
@@ -85,11 +93,9 @@ class Catalog:
         offset = decode_cursor(cursor)
         merged = await self.merged(view, kind)
         items = merged.items
-        if kind == "tools" and self._config.pinning.mode == "enforce":
-            # A tool whose definition changed is withheld until an administrator approves it.
-            items = [i for i in items if not self._pins.is_hidden(*merged.index[i["name"]])]
-        if not principal.capabilities.everything:
-            items = [i for i in items if self._chain.visible(item_action(kind, i), principal)]
+        # The chain decides, item by item, with the rule that would refuse the item's call
+        # (capabilities; a tool whose definition changed and awaits approval; ...).
+        items = [i for i in items if self._chain.visible(item_action(kind, i), principal, _target(merged, kind, i))]
         size = self._config.federation.page_size
         result: dict[str, Any] = {kind: items[offset : offset + size]}
         if offset + size < len(items):

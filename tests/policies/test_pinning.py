@@ -11,7 +11,7 @@ from gateway.bus import MemoryBus
 from gateway.config import AuditConfig
 from gateway.events import Event, Kind
 from gateway.metrics import Metrics
-from policies import ANONYMOUS_ALL, PolicyChain, Target
+from policies import ANONYMOUS_ALL, CapabilityPolicy, CapabilitySet, PolicyChain, Principal, Target
 from policies.pinning import TOOL_PINNED, PinningPolicy, PinStore, fingerprint
 
 
@@ -285,3 +285,18 @@ async def test_the_policy_in_a_chain_refuses_at_dispatch() -> None:
     assert (await chain.admit(call(), ANONYMOUS_ALL)).allowed
     decision = await chain.dispatch(call(), ANONYMOUS_ALL, Target("demo", "echo"))
     assert not decision.allowed and decision.code == TOOL_PINNED
+
+
+async def test_the_one_check_that_refuses_a_call_also_hides_its_list_item() -> None:
+    h = Harness("enforce")
+    pinning = PinningPolicy(h.store)
+    chain = PolicyChain([CapabilityPolicy(), pinning])
+    await h.store.observe("demo", [tool(), tool("other")])
+    await h.store.observe("demo", [tool(description="changed"), tool("other")])
+    action = "mcp/request:tools/call:echo"
+    assert not pinning.visible(action, ANONYMOUS_ALL, Target("demo", "echo"))
+    assert not chain.visible(action, ANONYMOUS_ALL, Target("demo", "echo"))
+    assert chain.visible("mcp/request:tools/call:other", ANONYMOUS_ALL, Target("demo", "other"))
+    assert chain.visible("mcp/request:prompts/get:echo", ANONYMOUS_ALL, Target("demo", "echo")), "tools only"
+    reader = Principal("reader", CapabilitySet(["mcp/request:tools/call:echo"]))
+    assert not chain.visible("mcp/request:tools/call:other", reader, Target("demo", "other")), "capabilities too"
