@@ -1,0 +1,159 @@
+"""The Streamable HTTP door in-process (httpx's ASGI transport, no sockets): statuses and the entrance rule.
+
+A door bug shows up here without a gateway process. JSON answers only: the ASGI transport buffers
+whole responses, so SSE streaming stays with the e2e tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from base64 import urlsafe_b64encode
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway import errors
+from gateway.app import build_app
+from gateway.config import Config
+from gateway.core import Gateway
+
+pytestmark = pytest.mark.timeout(30)
+
+BASE = "http://127.0.0.1:8787"
+HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+SECRET = "door-test-secret"
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+}
+
+
+def b64(data: bytes) -> str:
+    return urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def jwt(claims: dict[str, Any]) -> str:
+    head, body = b64(b'{"alg":"HS256"}'), b64(json.dumps({"exp": time.time() + 60, **claims}).encode())
+    return f"{head}.{body}.{b64(hmac.new(SECRET.encode(), f'{head}.{body}'.encode(), hashlib.sha256).digest())}"
+
+
+def rpc(method: str, params: dict[str, Any] | None = None, rpc_id: Any = 1) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params or {}}
+
+
+INIT = rpc(
+    "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+)
+
+
+async def client_for(config: dict[str, Any]) -> AsyncIterator[httpx.AsyncClient]:
+    cfg = Config.model_validate({"backends": {"demo": {"transport": "builtin"}}, **config})
+    gateway = Gateway(cfg)
+    app = build_app(cfg, gateway)
+    await gateway.start()
+    try:
+        assert await gateway.connections["demo"].wait_ready(10)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE) as client:
+            yield client
+    finally:
+        await gateway.stop()
+
+
+@pytest.fixture
+async def open_door() -> AsyncIterator[httpx.AsyncClient]:
+    async for client in client_for({"limits": {"max_body_bytes": 4096, "max_inflight_per_session": 4}}):
+        yield client
+
+
+@pytest.fixture
+async def auth_door() -> AsyncIterator[httpx.AsyncClient]:
+    config = {
+        "auth": {"jwt": {"hs256_secret": SECRET}},
+        "principals": {"carol": {"capabilities": ["mcp/*"]}},
+    }
+    async for client in client_for(config):
+        yield client
+
+
+async def session(client: httpx.AsyncClient, token: str | None = None) -> dict[str, str]:
+    auth = {"authorization": f"Bearer {token}"} if token else {}
+    response = await client.post("/mcp", headers={**HEADERS, **auth}, json=INIT)
+    assert response.status_code == 200, response.text
+    headers = {
+        **HEADERS,
+        **auth,
+        "mcp-session-id": response.headers["mcp-session-id"],
+        "mcp-protocol-version": "2025-11-25",
+    }
+    note = await client.post("/mcp", headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+    assert note.status_code == 202
+    return headers
+
+
+async def test_a_legacy_session_calls_a_tool(open_door: httpx.AsyncClient) -> None:
+    headers = await session(open_door)
+    answer = await open_door.post(
+        "/mcp", headers=headers, json=rpc("tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}}, 5)
+    )
+    assert answer.status_code == 200 and answer.json()["result"]["structuredContent"] == {"sum": 3}
+
+
+async def test_a_modern_request_maps_errors_to_statuses_by_the_one_table(open_door: httpx.AsyncClient) -> None:
+    headers = {**HEADERS, "mcp-protocol-version": "2026-07-28", "mcp-method": "vendor/unknown"}
+    answer = await open_door.post("/mcp", headers=headers, json=rpc("vendor/unknown", {"_meta": MODERN_META}))
+    code = answer.json()["error"]["code"]
+    assert answer.status_code == errors.http_status(code, modern=True) == 404
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"origin": "null"}, 403),
+        ({"origin": "http://evil.example"}, 403),
+        ({"origin": "http://localhost:8787@evil.example"}, 403),
+        ({"host": "evil.example"}, 421),
+        ({"content-type": "text/plain"}, 415),
+        ({"accept": "text/html"}, 406),
+        ({"mcp-session-id": "no-such-session"}, 404),
+    ],
+)
+async def test_refusals_have_their_statuses(open_door: httpx.AsyncClient, headers: dict[str, str], status: int) -> None:
+    body = rpc("tools/list") if "mcp-session-id" in headers else INIT
+    answer = await open_door.post("/mcp", headers={**HEADERS, **headers}, json=body)
+    assert answer.status_code == status, answer.text
+    assert answer.json()["error"]["code"] == errors.INVALID_REQUEST
+
+
+async def test_oversize_bodies_and_batches_are_refused(open_door: httpx.AsyncClient) -> None:
+    too_big = await open_door.post("/mcp", headers=HEADERS, content=b'{"x":"' + b"a" * 5000 + b'"}')
+    assert too_big.status_code == 413
+    headers = await session(open_door)
+    batch = [rpc("ping", rpc_id=i) for i in range(5)]
+    assert (await open_door.post("/mcp", headers=headers, json=batch)).status_code == 400
+    answered = await open_door.post("/mcp", headers=headers, json=batch[:4])
+    assert [a["id"] for a in answered.json()] == [0, 1, 2, 3]
+
+
+async def test_a_session_is_bound_to_its_principal_and_each_request_to_its_token(auth_door: httpx.AsyncClient) -> None:
+    headers = await session(auth_door, jwt({"sub": "carol"}))
+    narrow = {**headers, "authorization": f"Bearer {jwt({'sub': 'carol', 'capabilities': ['mcp/request:tools/list']})}"}
+    call = rpc("tools/call", {"name": "echo", "arguments": {"text": "x"}}, 2)
+    assert (await auth_door.post("/mcp", headers=narrow, json=call)).json()["error"]["code"] == errors.CAPABILITY_DENIED
+    other = {**headers, "authorization": f"Bearer {jwt({'sub': 'dave'})}"}
+    refused = await auth_door.post("/mcp", headers=other, json=call)
+    assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Bearer")
+    assert "result" in (await auth_door.post("/mcp", headers=headers, json=call)).json()
+
+
+async def test_malformed_credentials_are_401_with_a_challenge(auth_door: httpx.AsyncClient) -> None:
+    nested = b64(b"[" * 2000 + b"]" * 2000) + "." + b64(b"{}") + "." + b64(b"x")
+    for token in (nested, "a.b.c", "garbage", "x" * 20000):
+        answer = await auth_door.post("/mcp", headers={**HEADERS, "authorization": f"Bearer {token}"}, json=INIT)
+        assert answer.status_code == 401, token[:40]
+        assert 'error="invalid_token"' in answer.headers["www-authenticate"]
