@@ -111,9 +111,16 @@ def _lossy(value: Any) -> bool:
     return isinstance(value, float) and value.is_integer() and abs(value) >= 2**63
 
 
+def names_a_request(value: Any) -> bool:
+    """Whether a peer's value (an id, a ``requestId``, a progress token) can name a request: a string
+    or a number. Any JSON value may arrive, and only these can be looked up (lists are unhashable);
+    booleans are numbers to Python, not to JSON-RPC."""
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+
+
 def valid_id(value: Any) -> bool:
-    # JSON-RPC ids are strings, numbers or null; booleans are numbers to Python, not to JSON-RPC.
-    return value is None or (isinstance(value, (str, int, float)) and not isinstance(value, bool))
+    """JSON-RPC ids are strings, numbers or null."""
+    return value is None or names_a_request(value)
 
 
 def classify(message: Any) -> Shape:

@@ -24,11 +24,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _names_a_request(value: Any) -> bool:
-    """Any JSON value may arrive; only a string or number can name a request (or be hashed)."""
-    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
-
-
 class ClientMessages:
     def __init__(
         self, connections: Mapping[str, BackendConnection], subscriptions: Subscriptions, mcpl: McplRelay
@@ -45,7 +40,7 @@ class ClientMessages:
             return
         if method == "notifications/cancelled":
             request_id = params.get("requestId")
-            entry = session.inflight.get(request_id) if _names_a_request(request_id) else None
+            entry = session.inflight.get(request_id) if jsonrpc.names_a_request(request_id) else None
             if entry is not None:
                 conn, pending = entry
                 reason = params.get("reason")

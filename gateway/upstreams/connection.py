@@ -57,11 +57,6 @@ State = Literal["connecting", "ready", "down", "closed"]
 Era = Literal["legacy", "modern"]
 
 
-def _is_key(value: Any) -> bool:
-    """Whether a peer's id or token can name one of our requests (and be looked up at all)."""
-    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
-
-
 class CallOwner(Protocol):
     """Where the messages related to one forwarded call go (the calling client's stream)."""
 
@@ -148,6 +143,7 @@ class BackendConnection:
         self._listen: asyncio.Task[None] | None = None
         self.listen_resources: set[str] = set()
         self._relisten_now = False
+        self._listen_pending: Pending | None = None  # the open subscriptions/listen request, if any
         # The era probe in flight: an error answer that names no request of ours ends it at once.
         self._probe: Pending | None = None
 
@@ -402,7 +398,7 @@ class BackendConnection:
 
     def relisten(self) -> None:
         """The set of watched resources changed: reopen the listen stream with the new filter."""
-        pending = getattr(self, "_listen_pending", None)
+        pending = self._listen_pending
         if pending is not None and self.era == "modern":
             self._relisten_now = True
             self.cancel(pending, "subscription set changed")
@@ -550,7 +546,7 @@ class BackendConnection:
         method = message.get("method")
         if method is None:
             rpc_id = message.get("id")
-            if rpc_id is not None and not _is_key(rpc_id):
+            if rpc_id is not None and not jsonrpc.names_a_request(rpc_id):
                 # An id that is an array or object can match no request of ours (and cannot be looked up):
                 # dropped here, or the TypeError would end the carrier's reader, i.e. the whole connection.
                 log.warning("backend %s answered with an id that is no string or number: %.200r", self.name, rpc_id)
@@ -605,7 +601,7 @@ class BackendConnection:
         if not isinstance(params, dict):
             return
         token = params.get("progressToken")
-        pending = self._pending.get(token) if _is_key(token) else None
+        pending = self._pending.get(token) if jsonrpc.names_a_request(token) else None
         if pending is None or pending.owner is None or pending.client_token is _MISSING:
             return  # progress for a call that ended, or one the gateway made itself
         pending.owner.deliver({**message, "params": {**params, "progressToken": pending.client_token}})
