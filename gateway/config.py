@@ -84,6 +84,13 @@ class Backend(_Model):
         "refused; elsewhere server/discover goes first and any refusal ends the probe at once); modern or "
         "legacy pins it.",
     )
+    era_affinity: bool = Field(
+        True,
+        description="A Streamable HTTP backend found modern by era: auto may serve the legacy handshake too: "
+        "legacy clients are then sent through a second, legacy-era connection to it (opened on first need), so "
+        "that they get what the backend offers only on its legacy path (sampling, elicitation as real "
+        "requests). A backend that refuses the handshake is translated instead. false: always translate.",
+    )
     required: bool = Field(False, description="/readyz waits for this backend to be connected.")
     timeout_s: float = Field(300.0, gt=0, description="Longest a single request to this backend may take.")
     connect_timeout_s: float = Field(15.0, gt=0, description="Longest the connect + initialize may take.")

@@ -31,6 +31,7 @@ from gateway.routing.subscriptions import Subscriptions
 from gateway.sessions import ClientSession, SessionStore
 from gateway.transports.http_common import Scope, header
 from gateway.upstreams import make_carrier
+from gateway.upstreams.affinity import EraAffinity, TwinEvents
 from gateway.upstreams.connection import BackendConnection
 from policies import CapabilityPolicy, PolicyChain, Principal
 from policies.arguments import ArgumentValidationPolicy
@@ -88,11 +89,18 @@ class Gateway:
         self.subscriptions = Subscriptions(self.connections, self.sessions)
         levels = BackendLevels(self.connections, self.sessions)
         self.client_messages = ClientMessages(self.connections, self.subscriptions, self.mcpl)
+        # Legacy-era twins of dual-era backends, opened on first need (the handler is made below).
+        self.affinity = EraAffinity(self._legacy_twin, config.limits.startup_wait_s)
         self.router = Router(
             chain=self.chain,
             catalog=self.catalog,
             subscriptions=self.subscriptions,
-            forwarder=Forwarder(self.connections, config.limits, EraBridge(self.parking, config.limits)),
+            forwarder=Forwarder(
+                self.connections,
+                config.limits,
+                EraBridge(self.parking, config.limits),
+                self.affinity,
+            ),
             client_messages=self.client_messages,
             levels=levels,
             mcpl=self.mcpl,
@@ -104,7 +112,8 @@ class Gateway:
         backend_events = BackendEvents(
             self.catalogs, self.sessions, self.subscriptions, levels, self.mcpl, self.metrics, config.limits
         )
-        client_info = {"name": "switchboard", "version": __version__}
+        self._twin_events = TwinEvents(backend_events)
+        client_info = self._client_info = {"name": "switchboard", "version": __version__}
         self.connections.update(
             (
                 name,
@@ -127,6 +136,19 @@ class Gateway:
         self.topics = TopicHub(config.mcpx.max_participants_per_topic, tuple(config.mcpx.topics))
         self.topic_backends = BackendParticipants(self)
 
+    def _legacy_twin(self, primary: BackendConnection) -> BackendConnection:
+        """A legacy-era connection to ``primary``'s backend, for its legacy clients (gateway/upstreams/affinity.py).
+        MCPL is not offered on it: MCPL state is the primary's."""
+        config = primary.config.model_copy(update={"era": "legacy"})
+        return BackendConnection(
+            primary.name,
+            config,
+            partial(make_carrier, primary.name, config, self.config.limits),
+            self._twin_events,
+            self._client_info,
+            offer_mcpl=False,
+        )
+
     # ---- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -143,6 +165,7 @@ class Gateway:
         await self.topic_backends.stop()
         await self.sessions.stop()
         await asyncio.gather(*(conn.close() for conn in self.connections.values()), return_exceptions=True)
+        await self.affinity.close()
         await self.audit.close()
         await self.bus.close()
 
@@ -155,6 +178,7 @@ class Gateway:
                 "era": conn.era if conn.state == "ready" else None,
                 "protocol": conn.protocol_version if conn.state == "ready" else None,
                 "error": conn.last_error,
+                **({"legacy_path": path} if (path := self.affinity.describe(name)) is not None else {}),
             }
             for name, conn in self.connections.items()
         }

@@ -84,11 +84,16 @@ class BackendEvents:
         self._catalogs[conn.name].invalidate()
         self._metrics.backend_up.labels(conn.name).set(0)
         self._mcpl.backend_disconnected(conn)
+        self.requests_lost(conn, reason)
+        self._announce_list_changes(conn, initial=False)
+
+    def requests_lost(self, conn: BackendConnection, reason: str) -> None:
+        """``conn`` went away: its requests still waiting for a client's answer are dropped, and
+        the clients told (also used for a backend's legacy-era twin, gateway/upstreams/affinity.py)."""
         for session in self._sessions_of(conn.name):
             for gid, out in list(session.outgoing.items()):
                 if out.conn is conn:
                     self._drop_outgoing(session, gid, notify_client=True, reason=f"backend went away: {reason}")
-        self._announce_list_changes(conn, initial=False)
 
     def _announce_list_changes(self, conn: BackendConnection, initial: bool) -> None:
         caps = conn.capabilities

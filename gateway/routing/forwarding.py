@@ -4,8 +4,9 @@ Invariants: a call is forwarded only to a backend that is ready (one still makin
 connection is waited for briefly); a session has at most ``limits.max_inflight_per_session`` calls
 in flight; every call is recorded in ``session.inflight`` while it runs, so that a cancellation or
 the session's end reaches the backend; the answer carries the client's id, the client's view of
-names and URIs, and only the fields of the client's era. Requests for input that cross eras are
-the era bridge's (gateway/eras.py).
+names and URIs, and only the fields of the client's era. A legacy client's call to a dual-era
+backend goes to the backend's legacy-era connection (gateway/upstreams/affinity.py); requests for
+input that still cross eras are the era bridge's (gateway/eras.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from gateway.config import Limits
     from gateway.eras import EraBridge
     from gateway.sessions import ClientSession
+    from gateway.upstreams.affinity import EraAffinity
     from gateway.upstreams.connection import BackendConnection
 
 
@@ -60,10 +62,13 @@ def finish(
 
 
 class Forwarder:
-    def __init__(self, connections: Mapping[str, BackendConnection], limits: Limits, eras: EraBridge) -> None:
+    def __init__(
+        self, connections: Mapping[str, BackendConnection], limits: Limits, eras: EraBridge, affinity: EraAffinity
+    ) -> None:
         self._connections = connections
         self._limits = limits
         self._eras = eras
+        self._affinity = affinity
 
     async def forward(self, call: Call, backend: str, params: dict[str, Any] | None) -> Routed:
         session, event = call.session, call.event
@@ -83,6 +88,8 @@ class Forwarder:
         method = event.method or ""
         if session.modern_client:
             return Routed(await self._eras.for_modern_client(call, backend, conn, params), backend)
+        # A dual-era backend serves a legacy client in its own era (gateway/upstreams/affinity.py).
+        conn = await self._affinity.for_legacy_client(conn)
         response = await call_backend(session, event.rpc_id, conn, method, params, call.channel)
         if conn.era == "modern":
             response = await self._eras.fulfil_input_requests(call, conn, params, response)

@@ -24,14 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from adapters import mcp_modern, mcpl
+from adapters.mcp import LATEST_LEGACY, LEGACY_VERSIONS
 from gateway import jsonrpc
 from gateway.config import Backend as BackendConfig
 from gateway.upstreams.base import Carrier, CarrierClosed
+from gateway.upstreams.listen import ListenStream
 
 log = logging.getLogger(__name__)
 
-LEGACY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
-LATEST_LEGACY = LEGACY_VERSIONS[-1]
 # What the gateway offers backends as a client: it relays all of these to its own clients.
 GATEWAY_CLIENT_CAPABILITIES: dict[str, Any] = {
     "roots": {"listChanged": True},
@@ -85,28 +85,6 @@ class Pending:
     interrupted: bool = False
 
 
-class _ListenOwner:
-    """Receives what a modern backend's ``subscriptions/listen`` stream carries."""
-
-    session_id = ""
-    log_level = None
-
-    def __init__(self, conn: BackendConnection) -> None:
-        self._conn = conn
-        self.acknowledged = False
-
-    def deliver(self, message: dict[str, Any]) -> None:
-        if message.get("method") == "notifications/subscriptions/acknowledged":
-            self.acknowledged = True
-            return
-        params = message.get("params")
-        if isinstance(params, dict) and isinstance(params.get("_meta"), dict):
-            meta = {k: v for k, v in params["_meta"].items() if k != mcp_modern.SUBSCRIPTION_ID_KEY}
-            params = {**params, "_meta": meta} if meta else {k: v for k, v in params.items() if k != "_meta"}
-            message = {**message, "params": params}
-        self._conn._handler.on_notification(self._conn, message)
-
-
 class BackendConnection:
     def __init__(
         self,
@@ -116,8 +94,10 @@ class BackendConnection:
         handler: ConnectionHandler,
         client_info: dict[str, Any],
         sse_fallback: Callable[[], Carrier] | None = None,
+        offer_mcpl: bool = True,
     ) -> None:
         self.name = name
+        self._offer_mcpl = offer_mcpl
         self.config = config
         self._factory = carrier_factory
         self._sse_fallback = sse_fallback
@@ -128,6 +108,7 @@ class BackendConnection:
         self._pending: dict[Any, Pending] = {}
         self._ids = itertools.count(1)
         self._ready = asyncio.Event()
+        self._settled = asyncio.Event()  # the first connect attempt ended, either way
         self._supervisor: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = False
@@ -140,10 +121,8 @@ class BackendConnection:
         self._known_era: Era | None = None  # learned once, kept across reconnects
         # Tool input schemas by name, for the modern era's Mcp-Param-* headers (kept by the router).
         self.tool_schemas: dict[str, Any] = {}
-        self._listen: asyncio.Task[None] | None = None
-        self.listen_resources: set[str] = set()
-        self._relisten_now = False
-        self._listen_pending: Pending | None = None  # the open subscriptions/listen request, if any
+        self._listen = ListenStream(self, lambda message: self._handler.on_notification(self, message))
+        self.listen_resources = self._listen.resources  # watched for every session (gateway/routing/subscriptions.py)
         # The era probe in flight: an error answer that names no request of ours ends it at once.
         self._probe: Pending | None = None
 
@@ -191,6 +170,12 @@ class BackendConnection:
             await asyncio.wait_for(self._ready.wait(), timeout)
         return self._ready.is_set()
 
+    async def wait_settled(self, timeout: float) -> bool:
+        """Wait until the first connect attempt has ended (ready or failed); False on timeout."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._settled.wait(), timeout)
+        return self._settled.is_set()
+
     async def close(self) -> None:
         self._closing = True
         self.state = "closed"
@@ -201,8 +186,7 @@ class BackendConnection:
                 await self._supervisor
         for task in list(self._background):
             task.cancel()
-        if self._listen is not None:
-            self._listen.cancel()
+        self._listen.stop()
         if self._carrier is not None:
             await self._carrier.close()
         self._fail_all("gateway is shutting down")
@@ -222,6 +206,8 @@ class BackendConnection:
                 reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 switching = self._use_sse and isinstance(exc, ConnectionError) and "HTTP+SSE" in str(exc)
                 await self._went_down(carrier, f"connect failed: {reason}")
+                if not switching:
+                    self._settled.set()
                 if switching:
                     continue  # the next attempt uses the other transport; no reason to wait
                 await asyncio.sleep(backoff)
@@ -231,6 +217,7 @@ class BackendConnection:
             self.last_error = None
             self.connected_at = time.monotonic()
             self._ready.set()
+            self._settled.set()
             log.info("backend %s ready (%s, protocol %s)", self.name, carrier.describe(), self.protocol_version)
             self._handler.on_connected(self)
             reason = await carrier.wait_closed()
@@ -245,9 +232,7 @@ class BackendConnection:
             backoff = min(backoff * 2, self.config.restart.max_backoff_s)
 
     async def _went_down(self, carrier: Carrier, reason: str) -> None:
-        if self._listen is not None:
-            self._listen.cancel()
-            self._listen = None
+        self._listen.stop()
         was_ready = self._ready.is_set()
         self._ready.clear()
         self.state = "down"
@@ -274,7 +259,7 @@ class BackendConnection:
 
     def _became_modern(self) -> None:
         self.era = self._known_era = "modern"
-        self._listen = asyncio.create_task(self._listen_loop(), name=f"listen-{self.name}")
+        self._listen.start()
 
     async def _initialize(self) -> dict[str, Any]:
         """Send the legacy handshake's ``initialize``; return the answer (result or error)."""
@@ -283,7 +268,9 @@ class BackendConnection:
             "protocolVersion": LATEST_LEGACY,
             # Every backend is offered MCPL: servers only show it to hosts that advertise it (WIRE.md),
             # and an MCP server ignores what it does not know under ``experimental``.
-            "capabilities": {**GATEWAY_CLIENT_CAPABILITIES, "experimental": {"mcpl": mcpl.HOST_CAPABILITIES}},
+            "capabilities": {**GATEWAY_CLIENT_CAPABILITIES, "experimental": {"mcpl": mcpl.HOST_CAPABILITIES}}
+            if self._offer_mcpl
+            else GATEWAY_CLIENT_CAPABILITIES,
             "clientInfo": self._client_info,
         }
         return await self._roundtrip(self.begin("initialize", params, None), self.config.connect_timeout_s)
@@ -361,47 +348,10 @@ class BackendConnection:
             raise ConnectionError(f"backend does not serve 2026-07-28: {error.get('message')}")
         return False
 
-    async def _listen_loop(self) -> None:
-        """A modern backend announces list changes and resource updates only on a
-        ``subscriptions/listen`` stream; keep one open, reopened with backoff when it ends."""
-        caps = self.capabilities
-        wanted = {
-            "toolsListChanged": bool((caps.get("tools") or {}).get("listChanged")),
-            "promptsListChanged": bool((caps.get("prompts") or {}).get("listChanged")),
-            "resourcesListChanged": bool((caps.get("resources") or {}).get("listChanged")),
-        }
-        if not any(wanted.values()) and not (caps.get("resources") or {}).get("subscribe"):
-            return
-        backoff = self.config.restart.initial_backoff_s
-        while self._ready.is_set() or self.state == "connecting":
-            await self._ready.wait()
-            params = {"notifications": {**wanted, "resourceSubscriptions": sorted(self.listen_resources)}}
-            owner = _ListenOwner(self)
-            pending = self.begin("subscriptions/listen", params, owner)
-            self._listen_pending = pending
-            try:
-                response = await self._roundtrip(pending, 365 * 86400.0)
-            except jsonrpc.RpcError as exc:
-                response = jsonrpc.error(None, exc.code, exc.message)
-            error = response.get("error")
-            if isinstance(error, dict) and error.get("code") == jsonrpc.METHOD_NOT_FOUND:
-                log.info("backend %s offers no subscriptions/listen; list changes will not be pushed", self.name)
-                return
-            if self._relisten_now:
-                self._relisten_now = False  # reopened on purpose with a new filter: no pause
-                continue
-            if not owner.acknowledged:
-                backoff = min(backoff * 2, self.config.restart.max_backoff_s)
-            else:
-                backoff = self.config.restart.initial_backoff_s
-            await asyncio.sleep(backoff)
-
     def relisten(self) -> None:
         """The set of watched resources changed: reopen the listen stream with the new filter."""
-        pending = self._listen_pending
-        if pending is not None and self.era == "modern":
-            self._relisten_now = True
-            self.cancel(pending, "subscription set changed")
+        if self.era == "modern":
+            self._listen.refilter()
 
     def _fail_all(self, reason: str) -> None:
         pending, self._pending = self._pending, {}
