@@ -4,7 +4,7 @@ A legacy backend asks its client for input with real requests (sampling, elicita
 modern backend answers ``input_required`` and expects the call to be retried with the answers. The
 gateway translates where the client speaks the other era:
 
-- **Modern client** (``session.modern_client``): a legacy backend's requests are collected, not sent; the
+- **Modern client** (``session.codec.modern``): a legacy backend's requests are collected, not sent; the
   call is parked (gateway/mrtr.py) and the client gets an ``input_required`` result whose
   ``requestState`` is signed and bound to its principal and backend. The retry resumes the parked
   call with the answers. Toward a modern backend, MRTR passes through, the backend's own state

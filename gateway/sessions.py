@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from adapters import codecs
+from adapters.codecs import ClientCodec
 from adapters.mcp import LOG_LEVELS
 from gateway import jsonrpc
 from gateway.channels import Channel
@@ -72,14 +74,13 @@ class ClientSession:
         self.outgoing: dict[str, Outgoing] = {}
         self.subscriptions: set[tuple[str, str]] = set()
         self.closed = False
-        # A modern (2026-07-28) client cannot be asked mid-request: a backend's request to it is
-        # collected here and turned into an input_required result (see gateway/mrtr.py).
-        self.modern_client = False
+        # The client's dialect (adapters/codecs.py): legacy until initialize or an envelope says otherwise.
+        self.codec: ClientCodec = codecs.LEGACY
+        # A client that cannot be asked mid-request (modern): a backend's request to it is collected
+        # here and turned into an input_required result (see gateway/eras.py).
         self.input_requests: list[tuple[str, str, Any]] = []
         self.input_ready: asyncio.Event | None = None
         self.missing_capabilities: list[str] = []
-        # A client that introduced itself in the seed draft's words gets the draft's shapes back.
-        self.draft = False
         # An MCPL host's feature-set choices, scopes and approvals (None: not an MCPL host).
         self.mcpl: McplSession | None = None
         self._short = session_id[:8]
@@ -91,11 +92,11 @@ class ClientSession:
 
     def render(self, message: dict[str, Any]) -> dict[str, Any] | None:
         """A message as this client's dialect expects it on the wire (None: not for it)."""
-        if self.draft:
-            from adapters.mcp_draft import render_outbound
+        return self.codec.render(message)
 
-            return render_outbound(message)
-        return message
+    @property
+    def modern_client(self) -> bool:
+        return self.codec.modern
 
     def touch(self) -> None:
         self.last_seen = time.monotonic()
@@ -170,7 +171,7 @@ class ClientSession:
     def wants_log(self, level: Any) -> bool:
         if self.log_level is None:
             # Legacy: the server decides until setLevel. Modern: no logLevel in _meta, no logs.
-            return not self.modern_client
+            return self.codec.logs_by_default
         return level_rank(level if isinstance(level, str) else None) >= level_rank(self.log_level)
 
     def on_close(self, callback: Callable[[ClientSession], None]) -> None:

@@ -127,7 +127,7 @@ class BackendEvents:
             return
         if needed is not None and needed not in session.client_capabilities:
             self._refuse(conn, upstream_id, f"the client did not declare the {needed!r} capability")
-            if session.modern_client:
+            if not session.codec.asks_mid_request:
                 # A modern client is told which capability its request needs (-32021).
                 session.missing_capabilities.append(needed)
                 if session.input_ready is not None:
@@ -135,7 +135,7 @@ class BackendEvents:
             return
         gid = session.next_outgoing_id()
         out = Outgoing(conn, upstream_id, method)
-        if session.modern_client:
+        if not session.codec.asks_mid_request:
             # Collected, not sent: the modern client gets them as an input_required result (gateway/eras.py).
             session.outgoing[gid] = out
             session.input_requests.append((gid, method, message.get("params")))

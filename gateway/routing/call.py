@@ -77,7 +77,7 @@ class CallSink:
         A legacy client that never called setLevel leaves logging to the server's discretion; a
         modern backend logs nothing without a level, so the gateway asks for ``info`` on its behalf.
         """
-        if self.session.log_level is None and not self.session.modern_client:
+        if self.session.log_level is None and self.session.codec.logs_by_default:
             return "info"
         return self.session.log_level
 

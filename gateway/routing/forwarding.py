@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from adapters import mcp_modern
 from gateway import jsonrpc
 from gateway.channels import Channel
 from gateway.federation import rewrite_result
@@ -54,8 +53,7 @@ def finish(
     A legacy client does not see the modern era's result fields."""
     if "result" in response:
         result = response["result"]
-        if not session.modern_client:
-            result = mcp_modern.strip_modern_fields(result)
+        result = session.codec.result(result)
         return jsonrpc.result(client_id, rewrite_result(session.view.namer, backend, method, result))
     error = response.get("error")
     return {"jsonrpc": "2.0", "id": client_id, "error": error if isinstance(error, dict) else {}}
@@ -86,7 +84,7 @@ class Forwarder:
                 f"too many requests in flight on this session (limit {self._limits.max_inflight_per_session})",
             )
         method = event.method or ""
-        if session.modern_client:
+        if not session.codec.asks_mid_request:
             return Routed(await self._eras.for_modern_client(call, backend, conn, params), backend)
         # A dual-era backend serves a legacy client in its own era (gateway/upstreams/affinity.py).
         conn = await self._affinity.for_legacy_client(conn)

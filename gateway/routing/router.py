@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import adapters
-from adapters import mcp as mcp_adapter, mcp_draft, mcpl as mcpl_adapter
+from adapters import codecs, mcp as mcp_adapter, mcp_draft, mcpl as mcpl_adapter
 from adapters.mcp import LOG_LEVELS
 from gateway import jsonrpc
 from gateway.federation import LIST_METHODS, ListKind, View
@@ -134,7 +134,7 @@ class Router:
             if message.get("method", "").startswith("notifications/"):
                 shape = jsonrpc.Shape.NOTIFICATION
             if alias == "initialize":
-                session.draft = True
+                session.codec = codecs.DRAFT
             if alias in mcp_draft.LOCAL_METHODS:
                 return self._draft_lifecycle(session, message, alias)
         response = await self._handle(session, message, shape, channel, principal or session.principal)

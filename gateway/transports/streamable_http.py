@@ -245,8 +245,9 @@ class StreamableHttpDoor:
         results and maps error codes to statuses). With ``cancel_on_disconnect`` a client that
         closes its connection cancels the call (the modern era's only cancellation).
         """
-        channel = session.new_stream(resumable=not session.modern_client)
-        if session.modern_client:
+        resumable = session.codec.resumable_streams
+        channel = session.new_stream(resumable=resumable)
+        if not resumable:
             session.streams.pop(channel.id, None)
         channel.attached = True
         writer: asyncio.Task[None] | None = None
@@ -259,7 +260,7 @@ class StreamableHttpDoor:
 
         def start_streaming() -> None:
             nonlocal writer
-            if not session.modern_client:
+            if resumable:
                 session.keep_stream(channel)
             writer = asyncio.create_task(self._sse_response(scope, receive, send, session, channel, extra, gone))
 
@@ -330,7 +331,7 @@ class StreamableHttpDoor:
         watch = gone if gone is not None else asyncio.create_task(wait_disconnect(receive))
         try:
             await send({"type": "http.response.start", "status": 200, "headers": _sse_headers(extra)})
-            if not session.modern_client and (session.protocol_version or "") >= _PRIMING_FROM:
+            if session.codec.resumable_streams and (session.protocol_version or "") >= _PRIMING_FROM:
                 prime = sse.encode(b"", id=f"{channel.id}-0")
                 await send({"type": "http.response.body", "body": prime, "more_body": True})
             await self._stream(scope, send, session, channel, 0, None, watch)

@@ -15,7 +15,7 @@ import logging
 import secrets
 from typing import TYPE_CHECKING, Any
 
-from adapters import mcp_modern
+from adapters import codecs, mcp_modern
 from gateway import errors, jsonrpc, sse
 from gateway.channels import ChannelOverflow, guarded_write
 from gateway.routing.listen import REFUSED_META_KEY, ListenAdmission
@@ -114,7 +114,7 @@ class ModernExchange:
         session.client_info = envelope.client_info
         session.log_level = envelope.log_level
         session.initialized = True
-        session.modern_client = True
+        session.codec = codecs.MODERN
         return session
 
     @staticmethod
@@ -165,7 +165,7 @@ class ModernExchange:
         listener.protocol_version = envelope.version
         listener.client_capabilities = envelope.capabilities
         listener.initialized = True
-        listener.modern_client = True
+        listener.codec = codecs.MODERN
         try:
             grant = await self._listen_admission.admit(listener, listener.principal, message)
         except jsonrpc.RpcError as exc:
