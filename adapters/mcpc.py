@@ -2,7 +2,7 @@
 
 MCPC has no capability of its own on the wire: a client shows itself by calling the handshake tool
 (``_mcpc_init``, ``_is_mcpc_enabled``, ``is_mcpc_enabled``) and by per-call metadata in tool
-arguments (``mcpc_params`` in 0.2.5+, ``_metadata`` before) (WIRE.md).
+arguments (``mcpc_params`` in 0.2.5+, ``_metadata`` before, as the ``mcpc`` library of each version sends them).
 """
 
 from __future__ import annotations

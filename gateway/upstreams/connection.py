@@ -266,7 +266,7 @@ class BackendConnection:
         self.era = "legacy"  # so that it goes out without the modern envelope
         params = {
             "protocolVersion": LATEST_LEGACY,
-            # Every backend is offered MCPL: servers only show it to hosts that advertise it (WIRE.md),
+            # Every backend is offered MCPL: servers only show it to hosts that advertise it,
             # and an MCP server ignores what it does not know under ``experimental``.
             "capabilities": {**GATEWAY_CLIENT_CAPABILITIES, "experimental": {"mcpl": mcpl.HOST_CAPABILITIES}}
             if self._offer_mcpl

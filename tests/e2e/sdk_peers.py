@@ -1,6 +1,6 @@
 """Released MCP SDKs as peers: each in its own virtualenv under ``.cache/peers/``, built once.
 
-Servers built on old SDKs are common in the wild and behave differently from ours (TOOLING.md):
+Servers built on old SDKs are common in the wild and behave differently from ours:
 SDK 1.6 needs ``pydantic<2.12`` and dies on unknown methods; SDK 1.x answers a refused request with
 ``"id": "server-error"``. They cannot share the project's virtualenv (it has the SDK 2.x client),
 hence one virtualenv per pinned requirement set. Invariants: a virtualenv is reused only when its

@@ -1,7 +1,7 @@
 """Robustness of the Streamable HTTP front door, against a real gateway process over real sockets.
 
 Every status code here is the one a real client keys its behaviour on (the MCP 2025-11-25
-transport rules in ../shared/notes/WIRE.md), so the tests use raw httpx and raw sockets rather
+transport rules, and what the official SDK clients key on), so the tests use raw httpx and raw sockets rather
 than an SDK that would hide them. Every wait is bounded.
 """
 

@@ -170,7 +170,7 @@ ROLE_CAPABILITIES: dict[str, JsonObj] = {
         "version": "0.4",
         "featureSets": {"notes.edit": {"description": "Manage notes", "uses": ["tools"], "rollback": True}},
     },
-    # The array / boolean shapes real peers send (WIRE.md).
+    # The array / boolean shapes real peers send (the reference servers of MCPL 0.4 and 0.5 differ from the spec).
     "files": {
         "version": "0.4",
         "pushEvents": True,
