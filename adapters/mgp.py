@@ -1,6 +1,7 @@
 """MGP (permissions, access control, audit, lifecycle, streaming): detection and facets.
 
-Servers answer at ``capabilities.mgp`` or ``capabilities.experimental.mgp`` (0.3 servers put it under ``experimental`` although the spec names the top level); read both.
+Servers answer at ``capabilities.mgp`` or ``capabilities.experimental.mgp`` (0.3 servers put it
+under ``experimental`` although the spec names the top level); read both.
 """
 
 from __future__ import annotations

@@ -74,7 +74,16 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
     sse_one = LegacySseDoor(gw, single, lambda s: f"/servers/{s['path_params']['name']}/messages")
     ws_fed = WebSocketDoor(gw, federated)
     ws_one = WebSocketDoor(gw, single)
-    topic_door = McpxDoor(gw)
+    topic_door = McpxDoor(
+        gw.config.mcpx,
+        queue_size=gw.config.limits.session_queue,
+        topics=gw.topics,
+        chain=gw.chain,
+        audit=gw.audit,
+        metrics=gw.metrics,
+        authenticate=gw.authenticate,
+        principal_of=gw.principal_of,
+    )
 
     async def healthz(_request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -98,7 +107,14 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
     admin = AdminApi(gw)
     routes = [
         *admin.routes(),
-        *McpxApi(gw, admin).routes(),
+        *McpxApi(
+            gw.config.mcpx,
+            auth=lambda: gw.config.auth,
+            topics=gw.topics,
+            audit=gw.audit,
+            authenticate=gw.authenticate,
+            admin=admin,
+        ).routes(),
         WebSocketRoute("/ws", topic_door.serve),
         Route("/mcp", _Asgi(mcp_fed), methods=any_method),
         Route("/mcp/", _Asgi(mcp_fed), methods=any_method),

@@ -292,6 +292,12 @@ class Mcpx(_Model):
         False, description="Also check the kind's METHOD/CONTEXT against the payload (MCPx §4.3, done by peers)."
     )
     dev_tokens: bool = Field(False, description="Serve POST /v0.1/auth/token (HS256 with auth.jwt.hs256_secret).")
+    max_inflight_per_backend: int = Field(
+        256,
+        ge=1,
+        description="Concurrent topic calls (mcp/request envelopes) one backend participant runs; "
+        "more are answered at once with a 'busy' JSON-RPC error, never queued.",
+    )
     topics: dict[str, McpxTopic] = Field(
         default_factory=dict, description="Topics that always exist; others are created on first join."
     )

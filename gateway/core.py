@@ -38,6 +38,7 @@ from policies.arguments import ArgumentValidationPolicy
 from policies.auth import Authenticator, AuthError, Credentials, PrincipalRegistry, bearer_token
 from policies.envelope_rate import EnvelopeRatePolicy
 from policies.feature_sets import FeatureSetPolicy
+from policies.mcpx_envelope import McpxReservedKindPolicy, McpxSenderPolicy
 from policies.pinning import PinningPolicy, PinStore
 from policies.ratelimit import RateLimitPolicy
 from policies.scopes import ScopePolicy
@@ -60,6 +61,8 @@ class Gateway:
         self.pins = PinStore(config.pinning.mode, self.bus, self.audit, self.metrics)
         self.chain = PolicyChain(
             [
+                McpxSenderPolicy(),  # MCPx: from = the authenticated participant
+                McpxReservedKindPolicy(),  # MCPx: system/* is the gateway's
                 CapabilityPolicy(),
                 RateLimitPolicy(config.rate_limits, self.bus),
                 ArgumentValidationPolicy(name for name, b in config.backends.items() if b.validate_arguments),
@@ -134,7 +137,16 @@ class Gateway:
             self.metrics.backend_up.labels(name).set(0)
         # MCPx topics (gateway/mcpx/: the door is door.py); backends may sit in them as participants.
         self.topics = TopicHub(config.mcpx.max_participants_per_topic, tuple(config.mcpx.topics))
-        self.topic_backends = BackendParticipants(self)
+        self.topic_backends = BackendParticipants(
+            config.mcpx,
+            topics=self.topics,
+            connections=self.connections,
+            catalog=self.catalog,
+            catalogs=self.catalogs,
+            views=self.single,
+            chain=self.chain,
+            audit=self.audit,
+        )
 
     def _legacy_twin(self, primary: BackendConnection) -> BackendConnection:
         """A legacy-era connection to ``primary``'s backend, for its legacy clients (gateway/upstreams/affinity.py).

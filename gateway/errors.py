@@ -12,6 +12,10 @@ JSON-RPC error does, a door asks :func:`http_status`:
 Failures of the HTTP exchange itself (bad Host, body too large, wrong Content-Type, unknown
 session...) keep the statuses their doors give them; those carry ``INVALID_REQUEST``.
 
+MCPx answers on its topic socket with a ``system/error`` whose code is a string (``MCPX_*`` below);
+a policy's denial of an envelope gets its code from :func:`mcpx_denial_code`, by the decision's
+outcome (``policies.chain.Outcome``, whose members are these label strings).
+
 This module imports nothing of ours: every room may use it.
 """
 
@@ -50,6 +54,24 @@ SESSION_OVERLOADED = -32094
 PAYLOAD_TOO_LARGE = -32095
 TOOL_PINNED = -32097
 
+# ---- MCPx v0.1 system/error codes (strings; the reference gateway's names) --------------------
+MCPX_INVALID_MESSAGE = "invalid_message"  # a frame that is not JSON
+MCPX_INVALID_ENVELOPE = "invalid_envelope"  # a malformed envelope, or a spoofed ``from``
+MCPX_ENVELOPE_TOO_LARGE = "envelope_too_large"
+MCPX_RESERVED_KIND = "reserved_kind"  # a participant sent a ``system/*`` kind
+MCPX_CAPABILITY_VIOLATION = "capability_violation"
+MCPX_RATE_LIMITED = "rate_limited"
+MCPX_KIND_MISMATCH = "kind_mismatch"
+MCPX_UNKNOWN_RECIPIENT = "unknown_recipient"
+
+# A policy denial of an envelope, by outcome label -> the system/error code it is answered with.
+_MCPX_DENIAL = {
+    "denied": MCPX_CAPABILITY_VIOLATION,
+    "rate_limited": MCPX_RATE_LIMITED,
+    "spoofed": MCPX_INVALID_ENVELOPE,
+    "reserved": MCPX_RESERVED_KIND,
+}
+
 _LEGACY_STATUS = {RATE_LIMITED: 429}
 _MODERN_STATUS = {
     PARSE_ERROR: 400,
@@ -68,3 +90,9 @@ def http_status(code: object, *, modern: bool) -> int:
     if not isinstance(code, int) or isinstance(code, bool):
         return 200
     return (_MODERN_STATUS if modern else _LEGACY_STATUS).get(code, 200)
+
+
+def mcpx_denial_code(outcome: str) -> str | None:
+    """The MCPx ``system/error`` code of a policy denial with this outcome, or None when the table
+    has none (the door then falls back to the denying policy's name)."""
+    return _MCPX_DENIAL.get(outcome)

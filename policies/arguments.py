@@ -33,7 +33,7 @@ import orjson
 
 from gateway.errors import INVALID_PARAMS
 from gateway.events import Event, Kind
-from policies.chain import Decision, Stage, Target
+from policies.chain import Decision, Outcome, Stage, Target
 from policies.principal import Principal
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ class ArgumentValidationPolicy:
                 INVALID_ARGUMENTS,
                 f"Invalid arguments for tool {tool}: {_message(exc)}",
                 {"tool": tool, "path": path},
-                outcome="invalid",
+                outcome=Outcome.INVALID,
             )
         except Exception as exc:  # a validator that crashes on odd data is the schema's problem, not the call's
             log.warning("inputSchema check of tool %s failed (%s: %s); forwarded", tool, type(exc).__name__, exc)

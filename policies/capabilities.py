@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gateway.errors import CAPABILITY_DENIED
 from gateway.events import Dialect, Event, Kind
-from policies.chain import Decision, Stage, Target
+from policies.chain import Decision, Outcome, Stage, Target
 from policies.principal import Principal
 
 
@@ -30,7 +30,7 @@ class CapabilityPolicy:
             CAPABILITY_DENIED,
             f"principal {principal.name!r} lacks a capability for {action!r}",
             {"action": action, "principal": principal.name},
-            outcome="denied",
+            outcome=Outcome.DENIED,
         )
 
     def visible(self, action: str, principal: Principal, target: Target | None = None) -> bool:

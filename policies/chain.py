@@ -10,12 +10,27 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from gateway.events import Event
 from policies.principal import Principal
 
 Stage = Literal["admission", "dispatch"]
+
+
+class Outcome(StrEnum):
+    """What a decision is, typed: doors switch on it, never on a policy's name. Its value is the
+    audit outcome label (a StrEnum member is that string), so it goes to the audit log as it is."""
+
+    ALLOWED = "allowed"
+    DENIED = "denied"  # the principal lacks a capability (or a scope / feature set it needs)
+    RATE_LIMITED = "rate_limited"
+    INVALID = "invalid"  # the request is malformed for its target (arguments, missing fields)
+    PINNED = "pinned"  # the tool's definition changed and awaits an administrator
+    SPOOFED = "spoofed"  # an MCPx envelope whose ``from`` is not its sender's authenticated id
+    RESERVED = "reserved"  # an MCPx envelope of a kind only the gateway may send (``system/*``)
+    OVERLOADED = "overloaded"  # a load limit (sessions per replica, calls in flight per session)
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,8 +40,13 @@ class Decision:
     code: int = 0
     reason: str = ""
     data: dict[str, object] | None = None
-    # Audit outcome label: allowed | denied | rate_limited | invalid | pinned.
-    outcome: str = "allowed"
+    outcome: Outcome = Outcome.ALLOWED
+
+    def __post_init__(self) -> None:
+        # A label given as a plain string (a caller not yet on the enum) still becomes typed;
+        # an unknown label fails here, at the policy, not later at a door.
+        if type(self.outcome) is not Outcome:
+            object.__setattr__(self, "outcome", Outcome(self.outcome))
 
 
 ALLOW = Decision(True)

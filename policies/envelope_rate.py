@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from gateway.errors import RATE_LIMITED
 from gateway.events import Dialect, Event
-from policies.chain import Decision, Stage, Target
+from policies.chain import Decision, Outcome, Stage, Target
 from policies.principal import Principal
 
 if TYPE_CHECKING:
@@ -43,5 +43,5 @@ class EnvelopeRatePolicy:
             ENVELOPE_RATE_LIMITED,
             f"more than {self._per_s:g} envelopes/s; envelope not delivered",
             {"retry_after_ms": retry_ms} if retry_ms is not None else None,
-            outcome="rate_limited",
+            outcome=Outcome.RATE_LIMITED,
         )

@@ -21,7 +21,7 @@ from typing import ClassVar
 
 from gateway.errors import FEATURE_SET_NOT_ENABLED, INVALID_PARAMS, UNKNOWN_FEATURE_SET
 from gateway.events import Event
-from policies.chain import Decision, Stage, Target
+from policies.chain import Decision, Outcome, Stage, Target
 from policies.globs import compile_glob, is_literal
 from policies.principal import Principal
 
@@ -154,7 +154,7 @@ def check_server_tag(
             policy=POLICY,
             code=INVALID_PARAMS,
             reason="params.featureSet is required on server-initiated messages (MCPL §6.5)",
-            outcome="invalid",
+            outcome=Outcome.INVALID,
         )
     if feature_set not in declared:
         return Decision(
@@ -163,7 +163,7 @@ def check_server_tag(
             code=UNKNOWN_FEATURE_SET,
             reason="Unknown feature set",
             data={"featureSet": feature_set},
-            outcome="denied",
+            outcome=Outcome.DENIED,
         )
     if not enabled_anywhere:
         return Decision(
@@ -172,7 +172,7 @@ def check_server_tag(
             code=FEATURE_SET_NOT_ENABLED,
             reason="Feature set not enabled",
             data={"featureSet": feature_set, "canEnable": can_enable},
-            outcome="denied",
+            outcome=Outcome.DENIED,
         )
     return Decision(True, policy=POLICY)
 

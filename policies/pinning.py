@@ -23,7 +23,7 @@ import orjson
 
 from gateway.errors import TOOL_PINNED
 from gateway.events import Event
-from policies.chain import Decision, Stage, Target
+from policies.chain import Decision, Outcome, Stage, Target
 from policies.principal import Principal
 
 if TYPE_CHECKING:  # policies depend on gateway.events only; these arrive as constructor arguments
@@ -228,5 +228,5 @@ class PinningPolicy:
             TOOL_PINNED,
             f"tool {name!r} changed its definition and awaits approval by an administrator",
             {"tool": name, "backend": target.backend},
-            outcome="pinned",
+            outcome=Outcome.PINNED,
         )

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 
 from gateway.errors import RATE_LIMITED
 from gateway.events import Event, Kind
-from policies.chain import Decision, Stage, Target
+from policies.chain import Decision, Outcome, Stage, Target
 from policies.patterns import star_glob
 from policies.principal import Principal
 
-if TYPE_CHECKING:  # policies import only gateway.events at run time (DESIGN.md, rooms)
+if TYPE_CHECKING:  # policies import only gateway.events at run time (the rooms rule: policies depend on no other room)
     from gateway.bus.base import Bus
     from gateway.config import Bucket, RateLimits
 
@@ -112,7 +112,7 @@ class RateLimitPolicy:
                 RATE_LIMITED,
                 f"rate limit exceeded for {what}; its burst is below one request",
                 {},
-                outcome="rate_limited",
+                outcome=Outcome.RATE_LIMITED,
             )
         retry_ms = math.ceil(wait_s * 1000)
         return Decision(
@@ -121,5 +121,5 @@ class RateLimitPolicy:
             RATE_LIMITED,
             f"rate limit exceeded for {what}; retry in {retry_ms} ms",
             {"retryAfterMs": retry_ms},
-            outcome="rate_limited",
+            outcome=Outcome.RATE_LIMITED,
         )

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from gateway.errors import CAPABILITY_DENIED
 from gateway.events import Event
-from policies.chain import Decision, Stage, Target
+from policies.chain import Decision, Outcome as DecisionOutcome, Stage, Target
 from policies.globs import compile_glob, matches_any
 from policies.principal import Principal
 
@@ -172,16 +172,23 @@ class ScopePolicy:
             return None
         if facts.named_unknown is not None:
             return Decision(
-                False, SCOPES_POLICY, -32003, "Unknown feature set", {"featureSet": facts.named_unknown}, "denied"
+                False,
+                SCOPES_POLICY,
+                -32003,
+                "Unknown feature set",
+                {"featureSet": facts.named_unknown},
+                DecisionOutcome.DENIED,
             )
         if not isinstance(facts.label, str):
-            return Decision(False, SCOPES_POLICY, -32602, "params.scope.label must be a string", outcome="invalid")
+            return Decision(
+                False, SCOPES_POLICY, -32602, "params.scope.label must be a string", outcome=DecisionOutcome.INVALID
+            )
         for feature_set, host, operator, _enabled in facts.candidates:
             verdict = permits(facts.label, host, operator)
             if verdict.outcome == "deny":
                 data: dict[str, object] = {"featureSet": feature_set, "scope": facts.label}
-                return Decision(False, SCOPES_POLICY, SCOPE_DENIED, verdict.reason, data, "denied")
+                return Decision(False, SCOPES_POLICY, SCOPE_DENIED, verdict.reason, data, DecisionOutcome.DENIED)
         if facts.needs_enabled and facts.candidates and not any(c[3] for c in facts.candidates):
             data = {"featureSet": facts.candidates[0][0], "canEnable": facts.can_enable}
-            return Decision(False, SCOPES_POLICY, -32001, "Feature set not enabled", data, "denied")
+            return Decision(False, SCOPES_POLICY, -32001, "Feature set not enabled", data, DecisionOutcome.DENIED)
         return None

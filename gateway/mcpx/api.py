@@ -7,12 +7,16 @@
   admin token); a JWT bound to a topic sees only that topic.
 - ``POST /v0.1/auth/token {participantId, topic, capabilities?}`` -> ``{token, capabilities}``: only with
   ``mcpx.dev_tokens: true`` and an HS256 secret, else 404. Compatible with the reference's clients.
+
+The API is given what it uses (the topic hub, audit, how to authenticate, the auth section in force),
+not the whole gateway.
 """
 
 from __future__ import annotations
 
 import hmac
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +32,10 @@ from policies.jwt import mint_hs256
 from policies.patterns import CapabilitySet
 
 if TYPE_CHECKING:
-    from gateway.core import Gateway
+    from gateway.audit import AuditLog
+    from gateway.config import Auth, Mcpx
+    from gateway.mcpx.door import Authenticate
+    from gateway.mcpx.hub import TopicHub
 
 # What a dev token grants when the request names no capabilities: the spec's "start restricted".
 DEV_DEFAULT_CAPABILITIES = ["mcp/proposal:*", "mcp/response:*", "chat"]
@@ -36,8 +43,22 @@ DEV_TOKEN_TTL_S = 3600
 
 
 class McpxApi:
-    def __init__(self, gateway: Gateway, admin: AdminApi) -> None:
-        self._gw = gateway
+    def __init__(
+        self,
+        config: Mcpx,
+        *,
+        auth: Callable[[], Auth | None],
+        topics: TopicHub,
+        audit: AuditLog,
+        authenticate: Authenticate,
+        admin: AdminApi,
+    ) -> None:
+        """``auth``: the auth section in force now (a config reload replaces it)."""
+        self._cfg = config
+        self._auth = auth
+        self._topics = topics
+        self._audit = audit
+        self._authenticate = authenticate
         self._admin = admin
 
     def routes(self) -> list[Route]:
@@ -60,7 +81,7 @@ class McpxApi:
         remove = body.get("remove", []) if isinstance(body, dict) else None
         if not (isinstance(add, list) and isinstance(remove, list) and all(isinstance(c, str) for c in add + remove)):
             return error_response(400, "body must be {add: [patterns], remove: [patterns]}")
-        live = self._gw.topics.find(participant_id)
+        live = self._topics.find(participant_id)
         if not live:
             return error_response(404, f"participant {participant_id!r} is not connected")
         old = live[0][1].capabilities
@@ -68,8 +89,8 @@ class McpxApi:
         patterns = [p for p in old.patterns if p not in remove] + [p for p in add if p not in old.patterns]
         new = CapabilitySet(patterns)
         topics = [topic.name for topic, _ in live]
-        self._gw.topics.set_capabilities(participant_id, new)
-        self._gw.audit.record(
+        self._topics.set_capabilities(participant_id, new)
+        self._audit.record(
             "participant_capabilities_changed", principal=participant_id, topics=topics, capabilities=patterns
         )
         return JSONResponse(
@@ -84,10 +105,10 @@ class McpxApi:
         )
 
     async def dev_token(self, request: Request) -> Response:
-        auth = self._gw.config.auth
+        auth = self._auth()
         jwt = auth.jwt if auth is not None else None
         secret = jwt.hs256_secret if jwt is not None else None
-        if not self._gw.config.mcpx.dev_tokens or jwt is None or not secret:
+        if not self._cfg.dev_tokens or jwt is None or not secret:
             return error_response(404, "dev tokens are off (mcpx.dev_tokens with auth.jwt.hs256_secret)")
         try:
             body = orjson.loads(await request.body())
@@ -121,13 +142,13 @@ class McpxApi:
 
     def _reader_topic(self, request: Request) -> tuple[Response | None, str | None]:
         """(refusal, topic the caller is bound to): admin, or any caller the gateway authenticates."""
-        auth = self._gw.config.auth
+        auth = self._auth()
         token = bearer_token(request.headers.get("authorization"))
         if auth is not None and auth.admin_token and token is not None:
             if hmac.compare_digest(token.encode(), auth.admin_token.encode()):
                 return None, None
         try:
-            credentials = self._gw.authenticate(request.scope)
+            credentials = self._authenticate(request.scope)
         except AuthError as exc:
             response = error_response(401, f"Unauthorized: {exc.reason}")
             response.headers["www-authenticate"] = bearer_challenge(request.scope, exc.reason, exc.error)
@@ -140,7 +161,7 @@ class McpxApi:
             return refused
         topics = [
             {"name": t.name, "participants": len(t.participants), "configured": t.configured}
-            for t in self._gw.topics
+            for t in self._topics
             if bound is None or t.name == bound
         ]
         return JSONResponse({"topics": topics})
@@ -150,7 +171,7 @@ class McpxApi:
         if refused is not None:
             return refused
         name = request.path_params["topic"]
-        topic = self._gw.topics.get(name)
+        topic = self._topics.get(name)
         if topic is None or (bound is not None and bound != name):
             return error_response(404, f"no topic {name!r}")
         return JSONResponse(

@@ -7,6 +7,10 @@ backend; the answer comes back as ``mcp/response:METHOD[:CONTEXT]`` with ``corre
 request envelope's id, addressed to the requester and, for a fulfilment of a proposal, to the
 proposer too (§3.2.1). Being the receiving participant, the bridge always checks that the kind
 matches the payload (§4.3): a capability for ``tools/call:echo`` must not run another tool.
+
+At most ``mcpx.max_inflight_per_backend`` topic calls run at once per backend participant; more are
+answered at once with a "busy" error. The bridge is given what it uses (backend connections and
+catalogs, the topic hub, the chain, audit), not the whole gateway.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from adapters import mcpx
@@ -24,12 +29,17 @@ from policies.patterns import CapabilitySet
 from policies.principal import Principal
 
 if TYPE_CHECKING:
-    from gateway.core import Gateway
+    from gateway.audit import AuditLog
+    from gateway.config import Mcpx
+    from gateway.federation import BackendCatalog, View
+    from gateway.mcpx.hub import TopicHub
+    from gateway.routing.catalog import Catalog
+    from gateway.upstreams.connection import BackendConnection
+    from policies.chain import PolicyChain
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CAPABILITIES = ("mcp/response:*",)
-_MAX_INFLIGHT = 256  # concurrent topic calls per backend participant; more are answered "busy"
 _READY_POLL_S = 30.0
 _WATCH_S = 1.0
 _LIST_TIMEOUT_S = 30.0
@@ -38,13 +48,34 @@ _REFUSED_METHODS = frozenset({"initialize", "server/discover", "logging/setLevel
 
 
 class BackendParticipants:
-    def __init__(self, gateway: Gateway) -> None:
-        self._gw = gateway
+    def __init__(
+        self,
+        config: Mcpx,
+        *,
+        topics: TopicHub,
+        connections: Mapping[str, BackendConnection],
+        catalog: Catalog,
+        catalogs: Mapping[str, BackendCatalog],
+        views: Mapping[str, View],
+        chain: PolicyChain,
+        audit: AuditLog,
+    ) -> None:
+        """``catalog`` merges a backend's tools through ``views`` (one single-backend view per
+        name); ``catalogs`` are the backends' own, read for pinned definitions and list changes."""
+        self._cfg = config
+        self._max_inflight = config.max_inflight_per_backend
+        self._topics = topics
+        self._connections = connections
+        self._catalog = catalog
+        self._catalogs = catalogs
+        self._views = views
+        self._chain = chain
+        self._audit = audit
         self._tasks: set[asyncio.Task[None]] = set()
         self._inflight: dict[tuple[str, str], int] = {}
 
     def start(self) -> None:
-        for topic, spec in self._gw.config.mcpx.topics.items():
+        for topic, spec in self._cfg.topics.items():
             for name in spec.participants:
                 capabilities = CapabilitySet(spec.capabilities.get(name, list(DEFAULT_CAPABILITIES)))
                 self._spawn(self._attend(topic, name, capabilities))
@@ -61,7 +92,7 @@ class BackendParticipants:
 
     async def _tools(self, name: str) -> list[dict[str, Any]]:
         try:
-            merged = await asyncio.wait_for(self._gw.catalog.merged(self._gw.single[name], "tools"), _LIST_TIMEOUT_S)
+            merged = await asyncio.wait_for(self._catalog.merged(self._views[name], "tools"), _LIST_TIMEOUT_S)
         except (TimeoutError, jsonrpc.RpcError) as exc:
             log.warning("MCPx: tools of backend %s unavailable: %s", name, exc)
             return []
@@ -70,20 +101,20 @@ class BackendParticipants:
 
     async def _attend(self, topic: str, name: str, capabilities: CapabilitySet) -> None:
         """Join while the backend is up, leave while it is down, forever (until stopped)."""
-        conn = self._gw.connections[name]
+        conn = self._connections[name]
         while True:
             if not await conn.wait_ready(_READY_POLL_S):
                 continue
             participant = Participant(name, capabilities, self._deliverer(topic, name), "directed")
             participant.tools = await self._tools(name)
             try:
-                self._gw.topics.join(topic, participant)
+                self._topics.join(topic, participant)
             except JoinRefused as exc:
                 log.error("MCPx: backend %s cannot join topic %s: %s", name, topic, exc.reason)
                 await asyncio.sleep(_READY_POLL_S)
                 continue
             log.info("MCPx: backend %s joined topic %s with %d tool(s)", name, topic, len(participant.tools))
-            catalog = self._gw.catalogs[name]
+            catalog = self._catalogs[name]
             generation = catalog.generation
             try:
                 # BackendConnection signals "ready" but not "down"; a 1 s poll is cheap and bounded.
@@ -96,21 +127,21 @@ class BackendParticipants:
                         tools = await self._tools(name)
                         if tools != participant.tools:
                             participant.tools = tools
-                            self._gw.topics.reannounce(topic, participant)
+                            self._topics.reannounce(topic, participant)
             finally:
-                self._gw.topics.leave(topic, participant)
+                self._topics.leave(topic, participant)
 
     def _deliverer(self, topic: str, name: str) -> Any:
         def deliver(envelope: dict[str, Any], _text: str) -> bool:
             kind = envelope.get("kind", "")
             if kind.startswith("mcp/request:") and name in (envelope.get("to") or ()):
                 key = (topic, name)
-                if self._inflight.get(key, 0) >= _MAX_INFLIGHT:
+                if self._inflight.get(key, 0) >= self._max_inflight:
                     self._answer(topic, name, envelope, error=(jsonrpc.SESSION_OVERLOADED, f"backend {name} is busy"))
                 else:
                     self._inflight[key] = self._inflight.get(key, 0) + 1
                     self._spawn(self._call(topic, name, envelope))
-            return True  # never a slow consumer: work is bounded by _MAX_INFLIGHT instead
+            return True  # never a slow consumer: work is bounded by max_inflight_per_backend instead
 
         return deliver
 
@@ -128,18 +159,18 @@ class BackendParticipants:
                 self._answer(topic, name, envelope, error=(jsonrpc.METHOD_NOT_FOUND, f"{method!r} is not available"))
                 return
             params = payload.get("params")
-            if method == "tools/call" and self._gw.chain.has_dispatch:
+            if method == "tools/call" and self._chain.has_dispatch:
                 # The same dispatch-stage decisions as any MCP client's call: argument validation and
                 # pinned tool definitions. (Admission - capabilities, rates - ran when the envelope came in.)
                 tool = params.get("name") if isinstance(params, dict) else None
-                item = next((t for t in self._gw.catalogs[name].peek("tools") or [] if t.get("name") == tool), None)
-                decision = await self._gw.chain.dispatch(
+                item = next((t for t in self._catalogs[name].peek("tools") or [] if t.get("name") == tool), None)
+                decision = await self._chain.dispatch(
                     mcpx.decode(envelope),
                     Principal(str(envelope.get("from")), CapabilitySet([])),
                     Target(name, tool if isinstance(tool, str) else None, item),
                 )
                 if not decision.allowed:
-                    self._gw.audit.record(
+                    self._audit.record(
                         decision.outcome,
                         transport="mcpx",
                         principal=envelope.get("from"),
@@ -151,13 +182,11 @@ class BackendParticipants:
                     self._answer(topic, name, envelope, error=(decision.code, decision.reason))
                     return
             try:
-                response = await self._gw.connections[name].request(
-                    method, params if isinstance(params, dict) else None
-                )
+                response = await self._connections[name].request(method, params if isinstance(params, dict) else None)
             except jsonrpc.RpcError as exc:
                 self._answer(topic, name, envelope, error=(exc.code, exc.message))
                 return
-            self._gw.audit.record(
+            self._audit.record(
                 "allowed", transport="mcpx", principal=envelope.get("from"), topic=topic, action=envelope["kind"]
             )
             if "error" in response:
@@ -182,7 +211,7 @@ class BackendParticipants:
         error: tuple[int, str] | None = None,
         rpc_error: Any = None,
     ) -> None:
-        topic = self._gw.topics.get(topic_name)
+        topic = self._topics.get(topic_name)
         if topic is None:
             return
         rpc_id = (request.get("payload") or {}).get("id")
@@ -200,4 +229,4 @@ class BackendParticipants:
             recipients.append(proposer)
         kind = "mcp/response:" + request["kind"].removeprefix("mcp/request:")
         response = mcpx.envelope(name, kind, body, to=recipients, correlation_id=request["id"])
-        self._gw.topics.route(topic, name, response)
+        self._topics.route(topic, name, response)

@@ -1,10 +1,15 @@
 """The MCPx topic socket, ``GET /ws?topic=NAME[&mode=directed][&token=...]`` (MCPx v0.1 §6.2).
 
-One text frame is one envelope. Each frame from a participant passes, in order: size, JSON, rate,
-envelope shape, ``from`` = the authenticated id, the reserved ``system/*`` namespace, capabilities
-(the shared matcher), and optionally kind-vs-payload. Any failure answers the sender alone with a
-``system/error`` carrying the offending envelope's id as ``correlation_id`` when it is known; the
-connection stays open and the envelope reaches nobody.
+One text frame is one envelope. Each frame from a participant passes, in order: size, JSON,
+envelope shape, then the policy chain's admission stage (policies/: ``from`` = the authenticated id
+and the reserved ``system/*`` namespace in policies/mcpx_envelope.py, capabilities with the shared
+matcher, the envelope rate), and optionally kind-vs-payload. Any failure answers the sender alone
+with a ``system/error`` carrying the offending envelope's id as ``correlation_id`` when it is known;
+the connection stays open and the envelope reaches nobody. A denial's code comes from its typed
+outcome (gateway/errors.py, ``mcpx_denial_code``), never from the denying policy's name.
+
+The door is given what it uses (the topic hub, the chain, audit, metrics, how to authenticate),
+not the whole gateway.
 
 Refusals before joining (bad token, a JWT for another topic, a duplicate id) accept the socket and
 close it with 1008 and a reason, as the reference gateway does, so that clients see a close code
@@ -17,23 +22,43 @@ import asyncio
 import contextlib
 import logging
 import re
-from typing import TYPE_CHECKING, Any, TypeGuard
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from adapters import mcpx
+from gateway.errors import (
+    MCPX_CAPABILITY_VIOLATION,
+    MCPX_ENVELOPE_TOO_LARGE,
+    MCPX_INVALID_ENVELOPE,
+    MCPX_INVALID_MESSAGE,
+    MCPX_KIND_MISMATCH,
+    MCPX_RATE_LIMITED,
+    MCPX_RESERVED_KIND,
+    MCPX_UNKNOWN_RECIPIENT,
+    mcpx_denial_code,
+)
 from gateway.mcpx.hub import JoinRefused, Mode, Participant, Topic
 from policies.auth import AuthError, Credentials, bearer_token
-from policies.chain import Decision
+from policies.chain import Decision, Outcome
 from policies.patterns import CapabilitySet
 from policies.principal import Principal
 
 if TYPE_CHECKING:
-    from gateway.core import Gateway
+    from gateway.audit import AuditLog
+    from gateway.config import Mcpx
+    from gateway.mcpx.hub import TopicHub
+    from gateway.metrics import Metrics
+    from gateway.transports.http_common import Scope
+    from policies.chain import PolicyChain
 
 # system/error codes that are decisions (counted as refused), as opposed to malformed envelopes.
-_REFUSALS = frozenset({"capability_violation", "rate_limited", "reserved_kind", "envelope_too_large"})
+_REFUSALS = frozenset({MCPX_CAPABILITY_VIOLATION, MCPX_RATE_LIMITED, MCPX_RESERVED_KIND, MCPX_ENVELOPE_TOO_LARGE})
+# Denials for the envelope's shape (a spoofed ``from``, a reserved kind) are answered like malformed
+# envelopes and, like them, not audited; every other denial of the chain is.
+_UNAUDITED = frozenset({Outcome.SPOOFED, Outcome.RESERVED})
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +94,37 @@ class _Outbox:
         return True
 
 
+class Authenticate(Protocol):
+    """Who is calling (raises AuthError): the token is the door's when it found one, else the
+    Authorization header's (``Gateway.authenticate``)."""
+
+    def __call__(self, scope: Scope, token: str | None = None) -> Credentials: ...
+
+
 class McpxDoor:
-    def __init__(self, gateway: Gateway) -> None:
-        self._gw = gateway
-        self._cfg = gateway.config.mcpx
-        self._queue_size = gateway.config.limits.session_queue
+    def __init__(
+        self,
+        config: Mcpx,
+        *,
+        queue_size: int,
+        topics: TopicHub,
+        chain: PolicyChain,
+        audit: AuditLog,
+        metrics: Metrics,
+        authenticate: Authenticate,
+        principal_of: Callable[[Credentials], Principal],
+    ) -> None:
+        """``queue_size``: frames a participant's outbox holds (``limits.session_queue``);
+        ``principal_of``: the principal credentials stand for now (``Gateway.principal_of``)."""
+        self._cfg = config
+        self._queue_size = queue_size
+        self._topics = topics
+        self._chain = chain
+        self._audit = audit
+        self._metrics = metrics
+        self._authenticate = authenticate
+        self._principal_of = principal_of
+        self._background: set[asyncio.Task[None]] = set()
 
     async def _refuse(self, ws: WebSocket, code: int, reason: str) -> None:
         await ws.accept()
@@ -81,13 +132,13 @@ class McpxDoor:
             await asyncio.wait_for(ws.close(code=code, reason=reason[:120]), _CLOSE_WAIT_S)
 
     def _credentials(self, ws: WebSocket, topic: str) -> Credentials:
-        credentials = self._gw.authenticate(ws.scope, token_of(ws))
+        credentials = self._authenticate(ws.scope, token_of(ws))
         if credentials.topic is not None and credentials.topic != topic:
             raise AuthError(f"token is for topic {credentials.topic!r}, not {topic!r}", True)
         return credentials
 
     def capabilities_of(self, credentials: Credentials, topic: str) -> CapabilitySet:
-        capabilities = self._gw.principal_of(credentials).capabilities
+        capabilities = self._principal_of(credentials).capabilities
         spec = self._cfg.topics.get(topic)
         narrowing = spec.capabilities.get(credentials.name) if spec is not None else None
         return capabilities if narrowing is None else capabilities.narrowed(CapabilitySet(narrowing))
@@ -115,12 +166,12 @@ class McpxDoor:
         )
         await ws.accept()
         try:
-            topic = self._gw.topics.join(topic_name, participant)
+            topic = self._topics.join(topic_name, participant)
         except JoinRefused as exc:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(ws.close(code=exc.code, reason=exc.reason[:120]), _CLOSE_WAIT_S)
             return
-        self._gw.metrics.sessions.labels(TRANSPORT).inc()
+        self._metrics.sessions.labels(TRANSPORT).inc()
         writer = asyncio.create_task(self._write(ws, outbox))
         participant.on_drop = lambda reason: self._kick(ws, writer, reason)
         try:
@@ -135,22 +186,21 @@ class McpxDoor:
         except (WebSocketDisconnect, RuntimeError):
             pass
         finally:
-            self._gw.topics.leave(topic_name, participant)
-            self._gw.metrics.sessions.labels(TRANSPORT).dec()
+            self._topics.leave(topic_name, participant)
+            self._metrics.sessions.labels(TRANSPORT).dec()
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await writer
 
     def _kick(self, ws: WebSocket, writer: asyncio.Task[None], reason: str) -> None:
         writer.cancel()  # it may be stuck sending to a socket nobody reads
-        self._gw.metrics.dropped_clients.labels(TRANSPORT).inc()
+        self._metrics.dropped_clients.labels(TRANSPORT).inc()
 
         async def close() -> None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(ws.close(code=_TRY_AGAIN_LATER, reason=reason), _CLOSE_WAIT_S)
 
         task = asyncio.get_running_loop().create_task(close())
-        self._background: set[asyncio.Task[None]] = getattr(self, "_background", set())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -163,11 +213,9 @@ class McpxDoor:
 
     def _error(self, topic: Topic, participant: Participant, code: str, message: str, **details: Any) -> None:
         # Every refusal of a participant's envelope is answered through here, so it is counted here.
-        self._gw.metrics.mcpx_envelopes.labels("refused" if code in _REFUSALS else "invalid").inc()
+        self._metrics.mcpx_envelopes.labels("refused" if code in _REFUSALS else "invalid").inc()
         correlation_id = details.pop("correlation_id", None)
-        self._gw.topics.send(
-            topic, participant.id, mcpx.error(participant.id, code, message, correlation_id, **details)
-        )
+        self._topics.send(topic, participant.id, mcpx.error(participant.id, code, message, correlation_id, **details))
 
     async def _on_frame(self, topic: Topic, participant: Participant, data: str | bytes) -> None:
         size = len(data) if isinstance(data, bytes) or data.isascii() else len(data.encode())
@@ -177,7 +225,7 @@ class McpxDoor:
             if size > self._cfg.max_envelope_bytes:
                 envelope = None  # size is the complaint that matters; fall through to it
             else:
-                self._error(topic, participant, "invalid_message", f"frame is not JSON: {exc}")
+                self._error(topic, participant, MCPX_INVALID_MESSAGE, f"frame is not JSON: {exc}")
                 return
         env_id = envelope.get("id") if isinstance(envelope, dict) else None
         env_id = env_id if isinstance(env_id, str) else None
@@ -185,7 +233,7 @@ class McpxDoor:
             self._error(
                 topic,
                 participant,
-                "envelope_too_large",
+                MCPX_ENVELOPE_TOO_LARGE,
                 f"envelope of {size} bytes exceeds the limit of {self._cfg.max_envelope_bytes}",
                 correlation_id=env_id,
                 max_envelope_bytes=self._cfg.max_envelope_bytes,
@@ -194,32 +242,13 @@ class McpxDoor:
         try:
             event = mcpx.decode(envelope)
         except mcpx.EnvelopeError as exc:
-            self._error(topic, participant, "invalid_envelope", str(exc), correlation_id=env_id)
+            self._error(topic, participant, MCPX_INVALID_ENVELOPE, str(exc), correlation_id=env_id)
             return
-        kind = envelope["kind"]
-        if envelope["from"] != participant.id:
-            self._error(
-                topic,
-                participant,
-                "invalid_envelope",
-                f"from must be your participant id {participant.id!r}",
-                correlation_id=env_id,
-            )
-            return
-        if kind.startswith("system/") or kind == "system":
-            self._error(
-                topic,
-                participant,
-                "reserved_kind",
-                "the system/* namespace is reserved to the gateway",
-                correlation_id=env_id,
-                attempted_kind=kind,
-            )
-            return
-        # What may pass is decided by the policy chain, as for every dialect: the envelope rate and
-        # the participant's capabilities (the kind is the event's action).
+        # What may pass is decided by the policy chain, as for every dialect: the sender (``from``
+        # is this participant), the reserved system/* namespace, the participant's capabilities
+        # (the kind is the event's action) and the envelope rate.
         principal = Principal(participant.id, participant.capabilities)
-        decision = await self._gw.chain.admit(event, principal)
+        decision = await self._chain.admit(event, principal)
         if not decision.allowed:
             self._refuse_envelope(topic, participant, envelope, decision, env_id)
             return
@@ -228,21 +257,21 @@ class McpxDoor:
             code, message, details = problem
             self._error(topic, participant, code, message, correlation_id=env_id, **details)
             return
-        delivered = self._gw.topics.route(
+        delivered = self._topics.route(
             topic, participant.id, envelope, data if isinstance(data, str) else data.decode()
         )
-        self._gw.metrics.mcpx_envelopes.labels("routed").inc()
-        self._gw.metrics.mcpx_deliveries.inc(delivered)
+        self._metrics.mcpx_envelopes.labels("routed").inc()
+        self._metrics.mcpx_deliveries.inc(delivered)
         to = envelope.get("to")
         missing = [r for r in to if r not in topic.participants] if isinstance(to, list) else []
         if missing:
             # Delivered to whoever is there; the sender learns who was not (no silent loss).
-            self._gw.topics.send(
+            self._topics.send(
                 topic,
                 participant.id,
                 mcpx.error(
                     participant.id,
-                    "unknown_recipient",
+                    MCPX_UNKNOWN_RECIPIENT,
                     f"not in topic {topic.name!r}: {', '.join(missing)}",
                     env_id,
                     recipients=missing,
@@ -253,37 +282,34 @@ class McpxDoor:
         self, topic: Topic, participant: Participant, envelope: dict[str, Any], decision: Decision, env_id: str | None
     ) -> None:
         kind = envelope["kind"]
-        self._gw.audit.record(
-            decision.outcome, transport=TRANSPORT, principal=participant.id, topic=topic.name, action=kind
-        )
-        if decision.outcome == "rate_limited":
-            self._error(
-                topic, participant, "rate_limited", decision.reason, correlation_id=env_id, **(decision.data or {})
+        if decision.outcome not in _UNAUDITED:
+            self._audit.record(
+                decision.outcome, transport=TRANSPORT, principal=participant.id, topic=topic.name, action=kind
             )
-        elif decision.policy == "capabilities":
-            # The §3.5.2 shape: what was attempted and what the participant may do.
-            details = {"attempted_kind": kind, "your_capabilities": participant.capabilities.describe()}
-            self._error(
-                topic,
-                participant,
-                "capability_violation",
-                f"You lack capability for {kind!r}",
-                correlation_id=env_id,
-                **details,
-            )
-        else:
-            self._error(topic, participant, decision.policy or "denied", decision.reason, correlation_id=env_id)
+        code = mcpx_denial_code(decision.outcome) or decision.policy or "denied"
+        message = decision.reason
+        details: dict[str, Any] = {}
+        match decision.outcome:
+            case Outcome.RATE_LIMITED:
+                details = dict(decision.data or {})
+            case Outcome.DENIED:
+                # The §3.5.2 shape: what was attempted and what the participant may do.
+                message = f"You lack capability for {kind!r}"
+                details = {"attempted_kind": kind, "your_capabilities": participant.capabilities.describe()}
+            case Outcome.RESERVED:
+                details = {"attempted_kind": kind}
+        self._error(topic, participant, code, message, correlation_id=env_id, **details)
 
     def check(self, participant: Participant, envelope: Any) -> tuple[str, str, dict[str, Any]] | None:
         """Protocol problems of an envelope the chain admitted: (error code, message, details), or None."""
         kind = envelope["kind"]
         correlation_id = envelope.get("correlation_id")
         if kind.startswith("mcp/proposal:") and correlation_id is not None:
-            return "invalid_envelope", "proposals must not carry a correlation_id (§3.2.1)", {}
+            return MCPX_INVALID_ENVELOPE, "proposals must not carry a correlation_id (§3.2.1)", {}
         if kind.startswith("mcp/response:") and correlation_id is None:
-            return "invalid_envelope", "responses must carry the request's id as correlation_id (§3.1.2)", {}
+            return MCPX_INVALID_ENVELOPE, "responses must carry the request's id as correlation_id (§3.1.2)", {}
         if self._cfg.validate_kind:
             mismatch = mcpx.kind_mismatch(kind, envelope.get("payload") or {})
             if mismatch is not None:
-                return "kind_mismatch", mismatch, {"attempted_kind": kind}
+                return MCPX_KIND_MISMATCH, mismatch, {"attempted_kind": kind}
         return None

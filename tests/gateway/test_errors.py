@@ -7,6 +7,7 @@ import pytest
 from adapters import mcp_modern, mcpl
 from gateway import errors, jsonrpc
 from policies import arguments, capabilities, envelope_rate, feature_sets, pinning, ratelimit, scopes
+from policies.chain import Outcome
 
 
 def codes() -> dict[str, int]:
@@ -53,3 +54,14 @@ def test_every_room_takes_its_codes_from_the_table() -> None:
 def test_http_status_by_era(code: object, legacy: int, modern: int) -> None:
     assert errors.http_status(code, modern=False) == legacy
     assert errors.http_status(code, modern=True) == modern
+
+
+def test_mcpx_denials_have_their_system_error_codes() -> None:
+    assert errors.mcpx_denial_code(Outcome.DENIED) == errors.MCPX_CAPABILITY_VIOLATION == "capability_violation"
+    assert errors.mcpx_denial_code(Outcome.RATE_LIMITED) == errors.MCPX_RATE_LIMITED == "rate_limited"
+    assert errors.mcpx_denial_code(Outcome.SPOOFED) == errors.MCPX_INVALID_ENVELOPE == "invalid_envelope"
+    assert errors.mcpx_denial_code(Outcome.RESERVED) == errors.MCPX_RESERVED_KIND == "reserved_kind"
+    # No code of their own: the door answers with the denying policy's name, as it always did.
+    assert errors.mcpx_denial_code(Outcome.PINNED) is None and errors.mcpx_denial_code(Outcome.INVALID) is None
+    # errors.py imports nothing of ours, so its table is keyed by label: every key must be one.
+    assert all(Outcome(label) for label in errors._MCPX_DENIAL)

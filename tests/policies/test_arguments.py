@@ -12,6 +12,7 @@ from gateway import jsonrpc
 from gateway.events import Event, Kind
 from policies import ANONYMOUS_ALL, Decision, PolicyChain, Target
 from policies.arguments import INVALID_ARGUMENTS, ArgumentValidationPolicy
+from policies.chain import Outcome
 
 FORECAST = {
     "type": "object",
@@ -65,7 +66,7 @@ async def test_invalid_arguments_are_denied_with_message_and_path() -> None:
     assert decision.allowed is False
     assert decision.policy == "arguments"
     assert decision.code == -32602
-    assert decision.outcome == "invalid"
+    assert decision.outcome is Outcome.INVALID
     assert decision.reason == "Invalid arguments for tool weather__forecast: arguments.days must be integer"
     assert decision.data == {"tool": "weather__forecast", "path": ["days"]}
 
@@ -221,7 +222,7 @@ async def test_in_a_chain_it_runs_at_dispatch_only() -> None:
     chain = PolicyChain([ArgumentValidationPolicy({"weather"})])
     assert (await chain.admit(call({}), ANONYMOUS_ALL)).allowed
     denial = await chain.dispatch(call({}), ANONYMOUS_ALL, target())
-    assert denial.code == -32602 and denial.outcome == "invalid"
+    assert denial.code == -32602 and denial.outcome is Outcome.INVALID
 
 
 async def test_the_tool_name_falls_back_to_the_backend_name() -> None:

@@ -20,6 +20,7 @@ from policies import (
     default_chain,
 )
 from policies.capabilities import CAPABILITY_DENIED
+from policies.chain import Outcome
 
 
 def event(kind: Kind, method: str | None = "tools/call", context: str | None = "echo") -> Event:
@@ -75,7 +76,7 @@ async def test_uncovered_request_is_denied_with_code_reason_and_data() -> None:
     assert "'mcp/request:tools/call:rm_rf'" in decision.reason
     assert "'bob'" in decision.reason
     assert decision.data == {"action": "mcp/request:tools/call:rm_rf", "principal": "bob"}
-    assert decision.outcome == "denied"
+    assert decision.outcome is Outcome.DENIED
 
 
 def test_capability_policy_is_an_admission_policy() -> None:
@@ -236,3 +237,32 @@ def test_decision_defaults() -> None:
     assert ALLOW == Decision(True, "", 0, "", None)
     with pytest.raises(AttributeError):
         ALLOW.allowed = False  # type: ignore[misc]
+
+
+# ---- Decision.outcome: a typed kind that is also the audit label -----------------------------
+
+
+def test_outcome_members_are_their_audit_labels() -> None:
+    assert [str(o) for o in Outcome] == [
+        "allowed",
+        "denied",
+        "rate_limited",
+        "invalid",
+        "pinned",
+        "spoofed",
+        "reserved",
+        "overloaded",
+    ]
+    assert Outcome.RATE_LIMITED == "rate_limited" and f"{Outcome.PINNED}" == "pinned"
+    assert ALLOW.outcome is Outcome.ALLOWED
+
+
+def test_a_label_given_as_a_string_becomes_typed() -> None:
+    decision = Decision(False, "p", 1, "no", outcome="rate_limited")  # type: ignore[arg-type]
+    assert decision.outcome is Outcome.RATE_LIMITED
+    assert decision == Decision(False, "p", 1, "no", outcome=Outcome.RATE_LIMITED)
+
+
+def test_an_unknown_label_fails_at_the_policy() -> None:
+    with pytest.raises(ValueError, match="not_a_label"):
+        Decision(False, "p", 1, "no", outcome="not_a_label")  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ from gateway.config import AuditConfig
 from gateway.events import Event, Kind
 from gateway.metrics import Metrics
 from policies import ANONYMOUS_ALL, CapabilityPolicy, CapabilitySet, PolicyChain, Principal, Target
+from policies.chain import Outcome
 from policies.pinning import TOOL_PINNED, PinningPolicy, PinStore, fingerprint
 
 
@@ -256,7 +257,7 @@ async def test_the_policy_denies_hidden_tools_only() -> None:
     assert decision.allowed is False
     assert decision.policy == "pinning"
     assert decision.code == TOOL_PINNED == -32097
-    assert decision.outcome == "pinned"
+    assert decision.outcome is Outcome.PINNED
     assert decision.data == {"tool": "echo", "backend": "demo"}
     assert "changed its definition and awaits approval by an administrator" in decision.reason
 

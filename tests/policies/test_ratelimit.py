@@ -15,6 +15,7 @@ from gateway.config import Bucket, RateLimits
 from gateway.errors import http_status
 from gateway.events import Event, Kind
 from policies import CapabilitySet, PolicyChain, Principal
+from policies.chain import Outcome
 from policies.ratelimit import RATE_LIMITED, RateLimitPolicy
 from tests.support import redis_server, stop_process
 
@@ -62,7 +63,7 @@ async def test_per_principal_burst_then_a_precise_denial(bus: Bus) -> None:
     assert decision.allowed is False
     assert decision.policy == "rate_limit"
     assert decision.code == RATE_LIMITED == -32029
-    assert decision.outcome == "rate_limited"
+    assert decision.outcome is Outcome.RATE_LIMITED
     assert http_status(decision.code, modern=True) == http_status(decision.code, modern=False) == 429
     assert decision.data is not None
     retry = decision.data["retryAfterMs"]
@@ -167,7 +168,7 @@ async def test_in_a_chain_the_denial_is_returned_by_admit(bus: Bus) -> None:
     chain = PolicyChain([RateLimitPolicy(limits(per_principal=SLOW), bus)])
     assert (await chain.admit(call(), who())).allowed
     denial = await chain.admit(call(), who())
-    assert denial.code == -32029 and denial.outcome == "rate_limited"
+    assert denial.code == -32029 and denial.outcome is Outcome.RATE_LIMITED
 
 
 async def test_retry_time_rounds_up_to_whole_milliseconds() -> None:
