@@ -327,6 +327,13 @@ class Mcpl(_Model):
         60.0, gt=0, description="Longest a backend's push/event, inference/request, scope/elevate... waits for a host."
     )
     push_dedup_ttl_s: float = Field(3600.0, gt=0, description="How long a push/event eventId is remembered.")
+    max_serving_per_backend: int = Field(
+        256,
+        ge=1,
+        description="MCPL requests (push/event, inference/request, scope/elevate...) of one backend the gateway "
+        "answers at once; more are refused at once with -32094, never queued. A bound on the gateway's own "
+        "resources (each may wait on a host), like limits.max_inflight_per_session, not a policy decision.",
+    )
     routing: dict[str, dict[str, dict[str, Any]]] = Field(
         default_factory=dict,
         description="inference/request routing hints (MCPL §11.5) by backend, then feature-set pattern: keys added "

@@ -36,11 +36,15 @@ from gateway.upstreams.connection import BackendConnection
 from policies import CapabilityPolicy, PolicyChain, Principal
 from policies.arguments import ArgumentValidationPolicy
 from policies.auth import Authenticator, AuthError, Credentials, PrincipalRegistry, bearer_token
+from policies.channel_access import ChannelPolicy
 from policies.envelope_rate import EnvelopeRatePolicy
 from policies.feature_sets import FeatureSetPolicy
+from policies.hook_answers import HookAnswerPolicy
+from policies.hook_inference import InferenceInHookPolicy
 from policies.mcpx_envelope import McpxReservedKindPolicy, McpxSenderPolicy
 from policies.pinning import PinningPolicy, PinStore
 from policies.ratelimit import RateLimitPolicy
+from policies.scope_elevation import ScopeElevationPolicy
 from policies.scopes import ScopePolicy
 
 log = logging.getLogger(__name__)
@@ -69,6 +73,10 @@ class Gateway:
                 PinningPolicy(self.pins),
                 ScopePolicy(),  # MCPL: scoped tools/call (facts from gateway/mcpl)
                 FeatureSetPolicy(),  # MCPL: messages a backend initiates, held to their feature set
+                ScopeElevationPolicy(),  # MCPL: a backend's scope/elevate, where the patterns decide
+                ChannelPolicy(),  # MCPL: channel publish / observe, by feature set and scope patterns
+                HookAnswerPolicy(),  # MCPL: hook answers, held to the session's enabled feature sets
+                InferenceInHookPolicy(),  # MCPL §10.7: no inference/request from inside a context hook
                 EnvelopeRatePolicy(
                     config.mcpx.rate_per_participant.messages_per_s, config.mcpx.rate_per_participant.burst, self.bus
                 ),
@@ -80,7 +88,6 @@ class Gateway:
         self._principals: dict[Credentials, Principal] = {}
         self.sessions = SessionStore(config.limits, self._session_ended)
         self.parking = Parking(config.limits.client_request_timeout_s)
-        self.mcpl = McplRelay(self)
         names = tuple(config.backends)
         fed = config.federation
         self.federated = View("*", names, Namer(fed.prefix, fed.separator, names))
@@ -88,6 +95,16 @@ class Gateway:
         self.catalogs = {n: BackendCatalog(n, fed.list_cache_s) for n in names}
         # Filled below, once the handler of their events exists; everyone holds the same mapping.
         self.connections: dict[str, BackendConnection] = {}
+        self.mcpl = McplRelay(
+            config=config.mcpl,
+            sessions=self.sessions,
+            connections=self.connections,
+            principals=self.principals,
+            chain=self.chain,
+            audit=self.audit,
+            metrics=self.metrics,
+            bus=self.bus,
+        )
         self.catalog = Catalog(self.connections, self.catalogs, self.pins, self.chain, self.metrics, config)
         self.subscriptions = Subscriptions(self.connections, self.sessions)
         levels = BackendLevels(self.connections, self.sessions)
@@ -279,7 +296,7 @@ class Gateway:
         self._principals.clear()
         for session in self.sessions:
             session.principal = self.principal_of(session.credentials)
-        self.mcpl.principals_changed()  # what the operator allows changed: backends are told at once
+        self.mcpl.reconfigure(self.config.mcpl)  # what the operator allows changed: backends are told at once
 
     def _session_ended(self, session: ClientSession) -> None:
         self.metrics.sessions.labels(session.transport).dec()

@@ -31,6 +31,9 @@ class Outcome(StrEnum):
     SPOOFED = "spoofed"  # an MCPx envelope whose ``from`` is not its sender's authenticated id
     RESERVED = "reserved"  # an MCPx envelope of a kind only the gateway may send (``system/*``)
     OVERLOADED = "overloaded"  # a load limit (sessions per replica, calls in flight per session)
+    # The gateway answered the request itself, by a rule, on someone's behalf (an MCPL scope/elevate
+    # a whitelist approves): it stops there like a denial, but says yes.
+    ANSWERED = "answered"
 
 
 @dataclass(frozen=True, slots=True)

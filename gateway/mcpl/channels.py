@@ -4,30 +4,51 @@ Backends register channels on their connection; hosts see the merged registry un
 (``BACKEND.`` prefixed when the view federates). Host requests on a channel go to the backend that
 owns it; inbound messages go to one host with the per-message results mapped back. Publishing and
 observing are gated by the feature sets that use ``channels.publish`` / ``channels.observe`` and by
-the scope patterns of host and operator (-32017), unknown channels are -32023.
+the scope patterns of host and operator (-32017), a decision of the policy chain
+(``policies.channel_access``); unknown channels are -32023.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from adapters import mcpl
 from gateway import jsonrpc
-from gateway.mcpl.state import exposed, resolve
+from gateway.events import Event
+from gateway.mcpl.directory import McplDirectory
+from gateway.mcpl.plumbing import McplAudit, Peers, host_message
+from gateway.mcpl.state import RelayState, exposed, resolve
 from gateway.sessions import ClientSession
-from policies.scopes import ScopeRules, permits
+from policies.chain import Decision, PolicyChain, Target
+from policies.channel_access import POLICY as CHANNELS_POLICY, ChannelFacts, ChannelGate
 
 if TYPE_CHECKING:
-    from gateway.mcpl.relay import McplRelay
     from gateway.upstreams.connection import BackendConnection
 
 log = logging.getLogger(__name__)
 
+# The feature-set check of a tagged server-initiated message (ServerRequests.check_tag).
+CheckTag = Callable[["BackendConnection", str, dict[str, Any]], Awaitable[tuple[str, list[ClientSession]]]]
+
 
 class ChannelRouter:
-    def __init__(self, relay: McplRelay) -> None:
-        self._relay = relay
+    def __init__(
+        self,
+        state: RelayState,
+        directory: McplDirectory,
+        peers: Peers,
+        chain: PolicyChain,
+        audit: McplAudit,
+        check_tag: CheckTag,
+    ) -> None:
+        self._state = state
+        self._dir = directory
+        self._peers = peers
+        self._chain = chain
+        self._audit = audit
+        self._check_tag = check_tag
 
     # ---- names -------------------------------------------------------------------------------
 
@@ -35,9 +56,9 @@ class ChannelRouter:
         return {**descriptor, "id": exposed(session.view, backend, descriptor["id"])}
 
     def resolve(self, session: ClientSession, channel_id: Any) -> tuple[str, str]:
-        relay = self._relay
+        state = self._state
         found = (
-            resolve(session.view, channel_id, {b: relay.backend(b).channels for b in session.view.backends})
+            resolve(session.view, channel_id, {b: state.backend(b).channels for b in session.view.backends})
             if isinstance(channel_id, str)
             else []
         )
@@ -51,7 +72,7 @@ class ChannelRouter:
         context = params.get("channels")
         if not isinstance(context, dict):
             return params
-        own = self._relay.backend(backend).channels
+        own = self._state.backend(backend).channels
 
         def local(channel_id: Any) -> Any:
             if isinstance(channel_id, str):
@@ -68,31 +89,33 @@ class ChannelRouter:
             rewritten["candidates"] = [local(c) for c in context["candidates"]]
         return {**params, "channels": rewritten}
 
-    def permitted(
-        self, session: ClientSession, backend: str, own_id: str, uses: str, host_label: str | None = None
-    ) -> tuple[bool, str]:
-        """Whether the session may publish to / let observe a channel of ``backend``.
-
-        Ungated when the backend declares no feature set using ``uses``; otherwise one of those sets
-        must be enabled and the channel must not be blacklisted in its scopes (host patterns see the
-        exposed id, operator patterns the backend's own).
-        """
-        relay = self._relay
-        sets = relay.backend(backend).using(uses)
-        if not sets:
-            return True, ""
-        enabled = [fs for fs in sets if fs in relay.effective(session, backend)]
-        if not enabled:
-            return False, f"no feature set using {uses} is enabled ({', '.join(sets)})"
+    async def permitted(
+        self,
+        event: Event,
+        session: ClientSession,
+        backend: str,
+        own_id: str,
+        uses: str,
+        host_label: str | None = None,
+        channel_id: object = None,
+    ) -> Decision:
+        """The chain's word (``policies.channel_access``) on ``event``: ``session`` publishing to, or
+        letting ``backend`` observe, the backend's channel ``own_id``; ``host_label`` is the channel
+        as host patterns see it (default: its exposed id)."""
+        directory = self._dir
+        gating = tuple(self._state.backend(backend).using(uses))
+        enabled = directory.effective(session, backend) if gating else frozenset()
+        principal = session.principal.name
+        gates = tuple(
+            ChannelGate(
+                fs, directory.host_scopes(session, backend, fs), directory.operator_scopes(principal, backend, fs)
+            )
+            for fs in gating
+            if fs in enabled
+        )
         label = host_label if host_label is not None else exposed(session.view, backend, own_id)
-        reason = ""
-        for fs in enabled:
-            host = permits(label, relay.host_scopes(session, backend, fs), ScopeRules())
-            operator = permits(own_id, ScopeRules(), relay.operator_scopes(session.principal.name, backend, fs))
-            if host.outcome == "approve" and operator.outcome == "approve":
-                return True, ""
-            reason = operator.reason if operator.outcome == "deny" else host.reason
-        return False, reason
+        facts = ChannelFacts(uses, gating, gates, label, own_id, channel_id)
+        return await self._chain.dispatch(event, session.principal, Target(backend, facts={CHANNELS_POLICY: facts}))
 
     # ---- backend side ------------------------------------------------------------------------
 
@@ -104,7 +127,7 @@ class ChannelRouter:
         updated: list[dict[str, Any]] | None = None,
     ) -> None:
         """``channels/changed`` to every MCPL host of the backend, in its names."""
-        for session in self._relay.sessions_of(backend):
+        for session in self._dir.sessions_of(backend):
             params: dict[str, Any] = {}
             if added:
                 params["added"] = [self._out(session, backend, d) for d in added]
@@ -116,7 +139,7 @@ class ChannelRouter:
                 session.standalone.push(jsonrpc.notification("channels/changed", params))
 
     def server_changed(self, backend: str, params: dict[str, Any]) -> None:
-        found = self._relay.backend(backend)
+        found = self._state.backend(backend)
         added = found.register(params.get("added"))
         updated = found.register(params.get("updated"))
         removed = found.unregister(params.get("removed"))
@@ -125,17 +148,16 @@ class ChannelRouter:
     async def server_request(
         self, conn: BackendConnection, method: str, params: dict[str, Any], owner: Any
     ) -> dict[str, Any]:
-        relay = self._relay
-        found = relay.backend(conn.name)
+        found = self._state.backend(conn.name)
         eligible = None
         if "featureSet" in params:
             # The spec does not tag channel messages; one that is tagged is held to its tag like
             # any other server-initiated message (-32001 / -32003), and reaches only those sessions.
-            _, eligible = await relay.requests.check_tag(conn, method, params)
+            _, eligible = await self._check_tag(conn, method, params)
         if method == "channels/register":
             taken = found.register(params.get("channels"))
             self.announce(conn.name, added=taken)
-            relay.audit("registered", None, conn.name, method, channels=[d["id"] for d in taken])
+            self._audit("registered", None, conn.name, method, channels=[d["id"] for d in taken])
             return {"registered": [d["id"] for d in taken]}
         if method == "channels/list":
             # A server asking its host: the channels known on this connection (never left unanswered).
@@ -145,14 +167,13 @@ class ChannelRouter:
     async def _incoming(
         self, conn: BackendConnection, params: dict[str, Any], owner: Any, eligible: list[ClientSession] | None
     ) -> dict[str, Any]:
-        relay = self._relay
         messages = params.get("messages")
         if not isinstance(messages, list):
             raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "channels/incoming needs params.messages (an array)")
-        candidates = relay.sessions_of(conn.name) if eligible is None else eligible
+        candidates = self._dir.sessions_of(conn.name) if eligible is None else eligible
         hosts = [s for s in candidates if s.mcpl is not None and any(s.mcpl.channels.values())]
-        session = relay.pick(hosts, owner)
-        registered = relay.backend(conn.name).channels
+        session = self._peers.pick(hosts, owner)
+        registered = self._state.backend(conn.name).channels
         results: dict[int, dict[str, Any]] = {}
         forward: list[tuple[int, dict[str, Any]]] = []
         for n, message in enumerate(messages):
@@ -165,7 +186,7 @@ class ChannelRouter:
             else:
                 forward.append((n, {**message, "channelId": exposed(session.view, conn.name, message["channelId"])}))
         if forward and session is not None:
-            answer = await relay.ask_host(
+            answer = await self._peers.ask_host(
                 session, "channels/incoming", {**params, "messages": [m for _, m in forward]}, conn=conn, owner=owner
             )
             by_id = {}
@@ -173,47 +194,47 @@ class ChannelRouter:
                 if isinstance(item, dict):
                     by_id[item.get("messageId")] = item
                     if isinstance(item.get("conversationId"), str):
-                        relay.pin_conversation(item["conversationId"], session)
+                        self._state.pin_conversation(item["conversationId"], session.id)
             for n, message in forward:
                 results[n] = by_id.get(message.get("messageId")) or {
                     "messageId": message.get("messageId"),
                     "accepted": False,
                     "reason": "the host gave no result for it",
                 }
-        relay.audit("relayed", session, conn.name, "channels/incoming", messages=len(messages), forwarded=len(forward))
+        self._audit("relayed", session, conn.name, "channels/incoming", messages=len(messages), forwarded=len(forward))
         return {"results": [results[n] for n in range(len(messages))]}
 
     # ---- host side ---------------------------------------------------------------------------
 
     async def host_request(self, session: ClientSession, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        relay = self._relay
+        state = self._state
         if method == "channels/list":
             return {
                 "channels": [
-                    self._out(session, b, d) for b in session.view.backends for d in relay.backend(b).channels.values()
+                    self._out(session, b, d) for b in session.view.backends for d in state.backend(b).channels.values()
                 ]
             }
         if method == "channels/publish":
             return await self.publish(session, params, True)
         if method == "channels/close":
             backend, own = self.resolve(session, params.get("channelId"))
-            return self._unwrap(await relay.call_backend(backend, method, {**params, "channelId": own}))
+            return self._unwrap(await self._peers.call_backend(backend, method, {**params, "channelId": own}))
         return await self._open(session, params)
 
     async def _open(self, session: ClientSession, params: dict[str, Any]) -> dict[str, Any]:
         """Open goes to the backend owning ``channelId`` when given, else the one backend that
         has channels of that ``type`` or, failing that, the one that manages channel lifecycles."""
-        relay = self._relay
+        state = self._state
         if params.get("channelId") is not None:
             backend, own = self.resolve(session, params.get("channelId"))
             forward = {**params, "channelId": own}
         else:
             kind = params.get("type")
-            mcpl_backends = [b for b in session.view.backends if relay.is_mcpl(b)]
+            mcpl_backends = self._dir.mcpl_backends(session.view)
             by_type = [
-                b for b in mcpl_backends if any(d.get("type") == kind for d in relay.backend(b).channels.values())
+                b for b in mcpl_backends if any(d.get("type") == kind for d in state.backend(b).channels.values())
             ]
-            lifecycle = [b for b in mcpl_backends if mcpl.channel_capabilities(relay.backend(b).caps).get("lifecycle")]
+            lifecycle = [b for b in mcpl_backends if mcpl.channel_capabilities(state.backend(b).caps).get("lifecycle")]
             chosen = by_type if len(by_type) == 1 else lifecycle
             if len(chosen) != 1:
                 raise jsonrpc.RpcError(
@@ -222,12 +243,12 @@ class ChannelRouter:
                     f"({len(chosen)} candidates); name a channelId",
                 )
             backend, forward = chosen[0], params
-        result = self._unwrap(await relay.call_backend(backend, "channels/open", forward))
+        result = self._unwrap(await self._peers.call_backend(backend, "channels/open", forward))
         channel = result.get("channel")
         if isinstance(channel, dict) and isinstance(channel.get("id"), str):
-            relay.backend(backend).register([channel])
+            state.backend(backend).register([channel])
             result = {**result, "channel": self._out(session, backend, channel)}
-        relay.audit("relayed", session, backend, "channels/open")
+        self._audit("relayed", session, backend, "channels/open")
         return result
 
     @overload
@@ -240,7 +261,6 @@ class ChannelRouter:
     async def publish(self, session: ClientSession, params: dict[str, Any], request: bool) -> dict[str, Any] | None:
         """A host's publish: a request (``request``) gets the backend's result or an RpcError; a
         notification is forwarded, or dropped with a log line, and gets nothing back."""
-        relay = self._relay
         try:
             backend, own = self.resolve(session, params.get("channelId"))
         except jsonrpc.RpcError:
@@ -250,27 +270,26 @@ class ChannelRouter:
                 "session %s: dropped channels/publish to unknown channel %r", session.id[:8], params.get("channelId")
             )
             return None
-        ok, reason = self.permitted(session, backend, own, mcpl.USES_PUBLISH)
-        if not ok:
-            relay.audit("denied", session, backend, "channels/publish", channel=own, reason=reason)
+        event = host_message(session, "channels/publish", params, request)
+        decision = await self.permitted(
+            event, session, backend, own, mcpl.USES_PUBLISH, channel_id=params.get("channelId")
+        )
+        if not decision.allowed:
+            self._audit("denied", session, backend, "channels/publish", channel=own, reason=decision.reason)
             if request:
-                raise jsonrpc.RpcError(
-                    mcpl.CHANNEL_NOT_PERMITTED,
-                    "Channel not permitted",
-                    {"channelId": params.get("channelId"), "reason": reason},
-                )
+                raise jsonrpc.RpcError(decision.code, "Channel not permitted", decision.data)
             return None
-        relay.audit("allowed", session, backend, "channels/publish", channel=own)
+        self._audit("allowed", session, backend, "channels/publish", channel=own)
         forward = {**params, "channelId": own}
         if not request:
-            conn = relay.gateway.connections[backend]
+            conn = self._peers.connection(backend)
             conn.spawn(conn.notify("channels/publish", forward))
             return None
-        return self._unwrap(await relay.call_backend(backend, "channels/publish", forward))
+        return self._unwrap(await self._peers.call_backend(backend, "channels/publish", forward))
 
-    def observe(self, session: ClientSession, method: str, params: dict[str, Any]) -> None:
+    async def observe(self, session: ClientSession, method: str, params: dict[str, Any]) -> None:
         """``channels/outgoing/*``: to every backend with an enabled observe feature set that may see it."""
-        relay = self._relay
+        event = host_message(session, method, params, False)
         channel_id = params.get("channelId")
         owner: str | None
         own: object
@@ -279,18 +298,18 @@ class ChannelRouter:
         except jsonrpc.RpcError:
             owner, own = None, channel_id  # a host-side channel (e.g. "ui"): observers see its id as is
         for backend in session.view.backends:
-            if not relay.backend(backend).using(mcpl.USES_OBSERVE):
+            if not self._state.backend(backend).using(mcpl.USES_OBSERVE):
                 continue
-            conn = relay.gateway.connections[backend]
+            conn = self._peers.connection(backend)
             if conn.state != "ready":
                 continue
             local = own if backend == owner else channel_id
             label = channel_id if isinstance(channel_id, str) else ""
-            ok, reason = self.permitted(
-                session, backend, local if isinstance(local, str) else "", mcpl.USES_OBSERVE, host_label=label
+            decision = await self.permitted(
+                event, session, backend, local if isinstance(local, str) else "", mcpl.USES_OBSERVE, host_label=label
             )
-            if not ok:
-                relay.audit("withheld", session, backend, method, channel=local, reason=reason)
+            if not decision.allowed:
+                self._audit("withheld", session, backend, method, channel=local, reason=decision.reason)
                 continue
             conn.spawn(conn.notify(method, {**params, "channelId": local}))
 

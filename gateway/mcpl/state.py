@@ -1,4 +1,5 @@
-"""What the MCPL relay remembers: per host session, and per backend (declared feature sets, channels).
+"""What the MCPL relay remembers: per host session, per backend (declared feature sets, channels), and
+what the relay's parts share (``RelayState``).
 
 Host sessions see feature sets and channels under *exposed* names: the backend's own name, prefixed
 ``BACKEND.`` when the view federates several backends (federation rules, keeping dots). Backend
@@ -7,17 +8,22 @@ names are DNS labels without dots, so ``mem.memory.retrieval`` splits at the fir
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapters import mcpl
 from gateway.federation import View
-from policies.feature_sets import HostSelection
+from policies.feature_sets import HostSelection, OperatorRules
 from policies.scopes import ScopeRules
+
+if TYPE_CHECKING:
+    from gateway.config import Mcpl
+    from gateway.upstreams.connection import BackendConnection
 
 MAX_APPROVALS = 1024  # scope approvals cached per session (oldest forgotten first)
 MAX_CHANNELS = 1024  # channels registered per backend
+MAX_CONVERSATIONS = 4096  # conversationId -> session pins kept (oldest forgotten first)
 
 
 def exposed(view: View, backend: str, name: str) -> str:
@@ -115,3 +121,65 @@ class BackendMcpl:
         for channel_id in gone:
             del self.channels[channel_id]
         return gone
+
+
+@dataclass(slots=True)
+class RelayState:
+    """What the relay and its parts (server requests, channels, hooks) share, and nothing else: each
+    part gets this object plus the collaborators it uses, never the relay itself.
+
+    ``config`` is the live ``mcpl`` section (replaced on reload). The two caches are derived data:
+    ``operator_cache`` (principal -> what the operator lets it enable) and ``effective_cache``
+    ((session id, backend) -> feature sets enabled there), dropped whenever their inputs change.
+    """
+
+    config: Mcpl
+    backends: dict[str, BackendMcpl] = field(default_factory=dict)
+    # The featureSets/update each backend was last sent.
+    sent: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Hook calls in progress per backend (§10.7: a backend inside a hook may not ask for inference).
+    in_hook: Counter[str] = field(default_factory=Counter)
+    # MCPL requests of each backend being answered now.
+    serving: Counter[str] = field(default_factory=Counter)
+    conversations: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    # (session id, gateway request id) -> where that inference request's chunks go.
+    chunk_routes: dict[tuple[str, str], tuple[BackendConnection, Any]] = field(default_factory=dict)
+    # The model the latest context hook named (the model/info answer of last resort).
+    last_model: dict[str, Any] | None = None
+    operator_cache: dict[str | None, OperatorRules] = field(default_factory=dict)
+    effective_cache: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+
+    def backend(self, name: str) -> BackendMcpl:
+        return self.backends.get(name) or BackendMcpl({})
+
+    def is_mcpl(self, name: str) -> bool:
+        found = self.backends.get(name)
+        return found is not None and bool(found.caps)
+
+    def forget(self) -> None:
+        """Drop every cached effective set: a selection, an operator rule or a declaration changed."""
+        self.effective_cache.clear()
+
+    def pinned(self, conversation: str) -> str | None:
+        """The session id a conversation was last seen in."""
+        return self.conversations.get(conversation)
+
+    def pin_conversation(self, conversation: str, session_id: str) -> None:
+        self.conversations[conversation] = session_id
+        self.conversations.move_to_end(conversation)
+        while len(self.conversations) > MAX_CONVERSATIONS:
+            self.conversations.popitem(last=False)
+
+    def route_chunks(self, session_id: str, gid: str, conn: BackendConnection, upstream_id: Any) -> None:
+        """``inference/chunk`` from a session for request ``gid`` goes to ``conn`` as ``upstream_id``."""
+        self.chunk_routes[(session_id, gid)] = (conn, upstream_id)
+
+    def drop_chunk_routes(self, session_id: str, conn: BackendConnection, upstream_id: Any) -> None:
+        for key in [k for k, v in self.chunk_routes.items() if k[0] == session_id and v == (conn, upstream_id)]:
+            del self.chunk_routes[key]
+
+    def session_ended(self, session_id: str) -> None:
+        for key in [k for k in self.chunk_routes if k[0] == session_id]:
+            del self.chunk_routes[key]
+        for key in [k for k in self.effective_cache if k[0] == session_id]:
+            del self.effective_cache[key]

@@ -252,6 +252,7 @@ def test_outcome_members_are_their_audit_labels() -> None:
         "spoofed",
         "reserved",
         "overloaded",
+        "answered",
     ]
     assert Outcome.RATE_LIMITED == "rate_limited" and f"{Outcome.PINNED}" == "pinned"
     assert ALLOW.outcome is Outcome.ALLOWED

@@ -4,19 +4,34 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.audit import AuditLog
+from gateway.config import AuditConfig, Mcpl
 from gateway.federation import Namer, View
 from gateway.mcpl.channels import ChannelRouter
-from gateway.mcpl.state import BackendMcpl
+from gateway.mcpl.directory import McplDirectory
+from gateway.mcpl.plumbing import McplAudit, Peers
+from gateway.mcpl.state import BackendMcpl, RelayState
+from gateway.metrics import Metrics
+from policies.auth import PrincipalRegistry
+from policies.chain import PolicyChain
 
 
-class _Relay:
-    """The two things ChannelRouter.params_for reads from the relay."""
+def _router(backends: dict[str, BackendMcpl]) -> ChannelRouter:
+    """A router over ``backends`` with real, empty collaborators (no sessions, connections or policies)."""
+    state = RelayState(Mcpl(), backends=backends)
+    metrics = Metrics()
 
-    def __init__(self, backends: dict[str, BackendMcpl]) -> None:
-        self.backends = backends
+    async def no_tag_check(*_: Any) -> Any:
+        raise AssertionError("params_for checks no tags")
 
-    def backend(self, name: str) -> BackendMcpl:
-        return self.backends[name]
+    return ChannelRouter(
+        state,
+        McplDirectory(state, [], PrincipalRegistry({})),
+        Peers(state, {}),
+        PolicyChain([]),
+        McplAudit(AuditLog(AuditConfig(), metrics), metrics),
+        no_tag_check,
+    )
 
 
 class _Session:
@@ -30,7 +45,7 @@ def test_hook_channel_context_uses_the_backends_own_ids() -> None:
     other = BackendMcpl({})
     other.register([{"id": "telegram:1"}])
     view = View("*", ("chat", "other"), Namer("conditional", "__", ("chat", "other")))
-    router = ChannelRouter(_Relay({"chat": chat, "other": other}))  # type: ignore[arg-type]
+    router = _router({"chat": chat, "other": other})
     params: dict[str, Any] = {
         "inferenceId": "i",
         "channels": {

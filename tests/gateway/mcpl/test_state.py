@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from gateway.config import Mcpl
 from gateway.federation import Namer, View
-from gateway.mcpl.state import MAX_CHANNELS, BackendMcpl, McplSession, exposed, resolve
+from gateway.mcpl.state import MAX_CHANNELS, MAX_CONVERSATIONS, BackendMcpl, McplSession, RelayState, exposed, resolve
 
 
 def view(mode: str, *backends: str) -> View:
@@ -58,3 +61,27 @@ def test_session_approvals_are_bounded_per_session() -> None:
         session.approve("files", "files.edit", f"/p/{n}")
     labels = session.approved("files", "files.edit")
     assert len(labels) == 1024 and "/p/0" not in labels and "/p/1099" in labels
+
+
+def test_relay_state_keeps_conversation_pins_bounded_newest_last() -> None:
+    state = RelayState(Mcpl())
+    for n in range(MAX_CONVERSATIONS + 2):
+        state.pin_conversation(f"c{n}", "s1")
+    state.pin_conversation("c2", "s2")  # seen again: moves to the newest end
+    assert len(state.conversations) == MAX_CONVERSATIONS
+    assert state.pinned("c0") is None and state.pinned("c1") is None, "the oldest are forgotten first"
+    assert state.pinned("c2") == "s2" and next(reversed(state.conversations)) == "c2"
+
+
+def test_relay_state_forgets_what_an_ended_session_left_behind() -> None:
+    state = RelayState(Mcpl())
+    conn: Any = object()
+    state.route_chunks("s1", "g1", conn, 7)
+    state.route_chunks("s2", "g1", conn, 8)
+    state.effective_cache[("s1", "mem")] = frozenset({"memory.a"})
+    state.effective_cache[("s2", "mem")] = frozenset()
+    state.session_ended("s1")
+    assert list(state.chunk_routes) == [("s2", "g1")] and list(state.effective_cache) == [("s2", "mem")]
+    state.drop_chunk_routes("s2", conn, 8)
+    assert not state.chunk_routes
+    assert state.backend("nope").feature_sets == {} and not state.is_mcpl("nope"), "unknown backends declare nothing"
