@@ -33,7 +33,7 @@ from gateway.transports.http_common import Scope, header
 from gateway.upstreams import make_carrier
 from gateway.upstreams.affinity import EraAffinity, TwinEvents
 from gateway.upstreams.connection import BackendConnection
-from policies import CapabilityPolicy, PolicyChain, Principal
+from policies import CapabilityPolicy, Decision, PolicyChain, Principal
 from policies.arguments import ArgumentValidationPolicy
 from policies.auth import Authenticator, AuthError, Credentials, PrincipalRegistry, bearer_token
 from policies.channel_access import ChannelPolicy
@@ -41,6 +41,7 @@ from policies.envelope_rate import EnvelopeRatePolicy
 from policies.feature_sets import FeatureSetPolicy
 from policies.hook_answers import HookAnswerPolicy
 from policies.hook_inference import InferenceInHookPolicy
+from policies.load import LoadPolicy
 from policies.mcpx_envelope import McpxReservedKindPolicy, McpxSenderPolicy
 from policies.pinning import PinningPolicy, PinStore
 from policies.ratelimit import RateLimitPolicy
@@ -87,6 +88,7 @@ class Gateway:
         self._jwt_cache: dict[str, Credentials] = {}
         self._principals: dict[Credentials, Principal] = {}
         self.sessions = SessionStore(config.limits, self._session_ended)
+        self.load = LoadPolicy(config.limits.max_sessions, config.limits.max_inflight_per_session)
         self.parking = Parking(config.limits.client_request_timeout_s)
         names = tuple(config.backends)
         fed = config.federation
@@ -117,7 +119,7 @@ class Gateway:
             subscriptions=self.subscriptions,
             forwarder=Forwarder(
                 self.connections,
-                config.limits,
+                self.load,
                 EraBridge(self.parking, config.limits),
                 self.affinity,
             ),
@@ -259,6 +261,14 @@ class Gateway:
         if credentials.name != session.credentials.name or credentials.kind != session.credentials.kind:
             raise AuthError("this session belongs to another principal", True)
         return self.principal_of(credentials)
+
+    def admit_session(self, transport: str) -> Decision:
+        """Whether a door may open one more session (the decision is ``policies/load.py``'s); a
+        refusal is audited."""
+        decision = self.load.open_session(len(self.sessions))
+        if not decision.allowed:
+            self.audit.record(decision.outcome, transport=transport, action="session/open", reason=decision.reason)
+        return decision
 
     def open_session(self, transport: str, view: View, credentials: Credentials) -> ClientSession:
         session = self.sessions.create(transport, view, self.principal_of(credentials))

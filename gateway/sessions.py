@@ -94,10 +94,6 @@ class ClientSession:
         """A message as this client's dialect expects it on the wire (None: not for it)."""
         return self.codec.render(message)
 
-    @property
-    def modern_client(self) -> bool:
-        return self.codec.modern
-
     def touch(self) -> None:
         self.last_seen = time.monotonic()
 
@@ -205,9 +201,6 @@ class SessionStore:
 
     def __iter__(self) -> Any:
         return iter(list(self._sessions.values()))
-
-    def full(self) -> bool:
-        return len(self._sessions) >= self._limits.max_sessions
 
     def create(self, transport: str, view: View, principal: Principal) -> ClientSession:
         session = ClientSession(secrets.token_urlsafe(24), transport, view, principal, self._limits)

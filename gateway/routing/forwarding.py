@@ -2,11 +2,12 @@
 
 Invariants: a call is forwarded only to a backend that is ready (one still making its first
 connection is waited for briefly); a session has at most ``limits.max_inflight_per_session`` calls
-in flight; every call is recorded in ``session.inflight`` while it runs, so that a cancellation or
-the session's end reaches the backend; the answer carries the client's id, the client's view of
-names and URIs, and only the fields of the client's era. A legacy client's call to a dual-era
-backend goes to the backend's legacy-era connection (gateway/upstreams/affinity.py); requests for
-input that still cross eras are the era bridge's (gateway/eras.py).
+in flight (the decision is ``policies/load.py``'s); every call is recorded in
+``session.inflight`` while it runs, so that a cancellation or the session's end reaches the
+backend; the answer carries the client's id, the client's view of names and URIs, and only the
+fields of the client's era. A legacy client's call to a dual-era backend goes to the backend's
+legacy-era connection (gateway/upstreams/affinity.py); requests for input that still cross eras
+are the era bridge's (gateway/eras.py).
 """
 
 from __future__ import annotations
@@ -17,15 +18,15 @@ from typing import TYPE_CHECKING, Any
 from gateway import jsonrpc
 from gateway.channels import Channel
 from gateway.federation import rewrite_result
-from gateway.routing.call import Call, CallSink, Routed
+from gateway.routing.call import Call, CallSink, PolicyDenied, Routed
 from gateway.routing.catalog import STARTUP_GRACE_S
 
 if TYPE_CHECKING:
-    from gateway.config import Limits
     from gateway.eras import EraBridge
     from gateway.sessions import ClientSession
     from gateway.upstreams.affinity import EraAffinity
     from gateway.upstreams.connection import BackendConnection
+    from policies.load import LoadPolicy
 
 
 async def call_backend(
@@ -61,10 +62,10 @@ def finish(
 
 class Forwarder:
     def __init__(
-        self, connections: Mapping[str, BackendConnection], limits: Limits, eras: EraBridge, affinity: EraAffinity
+        self, connections: Mapping[str, BackendConnection], load: LoadPolicy, eras: EraBridge, affinity: EraAffinity
     ) -> None:
         self._connections = connections
-        self._limits = limits
+        self._load = load
         self._eras = eras
         self._affinity = affinity
 
@@ -78,11 +79,9 @@ class Forwarder:
                 jsonrpc.BACKEND_UNAVAILABLE,
                 f"backend {backend} is unavailable: {conn.last_error or conn.state}",
             )
-        if len(session.inflight) >= self._limits.max_inflight_per_session:
-            raise jsonrpc.RpcError(
-                jsonrpc.SESSION_OVERLOADED,
-                f"too many requests in flight on this session (limit {self._limits.max_inflight_per_session})",
-            )
+        load = self._load.forward_call(len(session.inflight))
+        if not load.allowed:
+            raise PolicyDenied(load, backend)
         method = event.method or ""
         if not session.codec.asks_mid_request:
             return Routed(await self._eras.for_modern_client(call, backend, conn, params), backend)

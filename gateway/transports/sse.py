@@ -67,8 +67,9 @@ class LegacySseDoor:
         if not accepts(scope, "text/event-stream"):
             await send_rpc_error(send, 406, jsonrpc.INVALID_REQUEST, "Accept must list text/event-stream")
             return
-        if self._gw.sessions.full():
-            await send_rpc_error(send, 503, jsonrpc.INTERNAL_ERROR, "Too many sessions")
+        refusal = self._gw.admit_session(TRANSPORT)
+        if not refusal.allowed:
+            await send_rpc_error(send, 503, refusal.code, refusal.reason)
             return
         try:
             credentials = self._gw.authenticate(scope)

@@ -174,8 +174,9 @@ class StreamableHttpDoor:
                     message["id"],
                 )
                 return
-            if self._gw.sessions.full():
-                await send_rpc_error(send, 503, jsonrpc.INTERNAL_ERROR, "Too many sessions", message["id"])
+            refusal = self._gw.admit_session(TRANSPORT)
+            if not refusal.allowed:
+                await send_rpc_error(send, 503, refusal.code, refusal.reason, message["id"])
                 return
             try:
                 credentials = self._gw.authenticate(scope)

@@ -40,8 +40,9 @@ class WebSocketDoor:
         if view is None:
             await ws.close(code=_POLICY_VIOLATION, reason="No such server")
             return
-        if self._gw.sessions.full():
-            await ws.close(code=_TRY_AGAIN_LATER, reason="Too many sessions")
+        refusal = self._gw.admit_session(TRANSPORT)
+        if not refusal.allowed:
+            await ws.close(code=_TRY_AGAIN_LATER, reason=refusal.reason)
             return
         try:
             credentials = self._gw.authenticate(ws.scope)

@@ -6,6 +6,7 @@ whole responses, so SSE streaming stays with the e2e tests.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -157,3 +158,31 @@ async def test_malformed_credentials_are_401_with_a_challenge(auth_door: httpx.A
         answer = await auth_door.post("/mcp", headers={**HEADERS, "authorization": f"Bearer {token}"}, json=INIT)
         assert answer.status_code == 401, token[:40]
         assert 'error="invalid_token"' in answer.headers["www-authenticate"]
+
+
+async def test_sessions_beyond_the_limit_are_refused_with_503() -> None:
+    async for client in client_for({"limits": {"max_sessions": 1}}):
+        await session(client)
+        refused = await client.post("/mcp", headers=HEADERS, json=INIT)
+        assert refused.status_code == 503
+        assert refused.json()["error"] == {"code": errors.INTERNAL_ERROR, "message": "Too many sessions"}
+
+
+async def test_calls_beyond_the_in_flight_limit_are_refused_and_the_running_one_finishes() -> None:
+    async for client in client_for({"limits": {"max_inflight_per_session": 1}}):
+        headers = await session(client)
+        slow = asyncio.create_task(
+            client.post(
+                "/mcp",
+                headers=headers,
+                json=rpc("tools/call", {"name": "slow_count", "arguments": {"n": 1, "delay_s": 1}}, 7),
+            )
+        )
+        await asyncio.sleep(0.3)
+        refused = await client.post(
+            "/mcp", headers=headers, json=rpc("tools/call", {"name": "echo", "arguments": {"text": "x"}}, 8)
+        )
+        assert refused.json()["error"]["code"] == errors.SESSION_OVERLOADED
+        assert "limit 1" in refused.json()["error"]["message"]
+        finished = await slow
+        assert finished.status_code == 200 and '"id":7' in finished.text.replace(" ", "")
