@@ -44,7 +44,7 @@ SERVER_NOTIFICATIONS = frozenset({"featureSets/changed", "channels/changed"})
 # Host -> server requests and notifications.
 HOST_REQUESTS = frozenset(
     {
-        "featureSets/update",  # a request from 0.5 on (WIRE.md); a notification in 0.4
+        "featureSets/update",  # a request from 0.5 on (what 0.5 peers send); a notification in 0.4
         "context/beforeInference",
         "context/afterInference",
         "state/rollback",

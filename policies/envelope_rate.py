@@ -2,7 +2,7 @@
 
 Separate from the MCP rate limits: it counts envelopes of every kind (chat included) per
 participant, and an envelope over the rate is answered with ``system/error``, never dropped
-silently (the reference gateway drops them; WIRE.md).
+silently (the reference gateway drops them without a word, which leaves the sender guessing).
 """
 
 from __future__ import annotations
