@@ -3,13 +3,9 @@
 Many clients share a connection, so everything that names a request is remapped here: the gateway
 allocates its own request ids and progress tokens upstream and keeps, per pending call, who asked
 (:class:`CallOwner`) and what they called it. A backend that dies fails its in-flight calls at once
-and is reconnected (or respawned) with exponential backoff.
-
-Era detection (``era: auto``) asks in an order every released server survives; the era is kept
-across reconnects. Over stdio ``initialize`` goes first (Python SDK 1.6 dies on an unknown method
-such as ``server/discover``, then hangs), and only a server that refuses it is asked
-``server/discover``. Elsewhere ``server/discover`` goes first, and any error answer to it, whatever
-its id (SDK 1.x: ``"server-error"``), is a decisive "no" at once, never a wait for the timeout.
+and is reconnected (or respawned) with exponential backoff. Which era to speak, and the handshake,
+are decided per attempt by gateway/upstreams/handshake.py; a modern backend's news arrive on the
+listen stream of gateway/upstreams/listen.py.
 """
 
 from __future__ import annotations
@@ -24,20 +20,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from adapters import mcp_modern, mcpl
-from adapters.mcp import LATEST_LEGACY, LEGACY_VERSIONS
 from gateway import jsonrpc
 from gateway.config import Backend as BackendConfig
 from gateway.upstreams.base import Carrier, CarrierClosed
+from gateway.upstreams.handshake import GATEWAY_CLIENT_CAPABILITIES, Era, Handshake
 from gateway.upstreams.listen import ListenStream
 
 log = logging.getLogger(__name__)
 
-# What the gateway offers backends as a client: it relays all of these to its own clients.
-GATEWAY_CLIENT_CAPABILITIES: dict[str, Any] = {
-    "roots": {"listChanged": True},
-    "sampling": {},
-    "elicitation": {"form": {}, "url": {}},
-}
 # Notifications that concern every session of the backend even when they arrive on a call's stream.
 _GLOBAL_NOTIFICATIONS = frozenset(
     {
@@ -50,11 +40,9 @@ _GLOBAL_NOTIFICATIONS = frozenset(
     }
 )
 _STABLE_AFTER_S = 10.0
-_PROBE_TIMEOUT_S = 5.0
 _MISSING: Any = object()
 
 State = Literal["connecting", "ready", "down", "closed"]
-Era = Literal["legacy", "modern"]
 
 
 class CallOwner(Protocol):
@@ -97,11 +85,10 @@ class BackendConnection:
         offer_mcpl: bool = True,
     ) -> None:
         self.name = name
-        self._offer_mcpl = offer_mcpl
         self.config = config
         self._factory = carrier_factory
         self._sse_fallback = sse_fallback
-        self._use_sse = False  # an http backend that turned out to be legacy HTTP+SSE
+        self._handshake = Handshake(name, config, client_info, offer_mcpl, sse_possible=sse_fallback is not None)
         self._handler = handler
         self._client_info = client_info
         self._carrier: Carrier | None = None
@@ -118,7 +105,6 @@ class BackendConnection:
         self.restarts = 0
         self.connected_at: float | None = None
         self.era: Era = "legacy"
-        self._known_era: Era | None = None  # learned once, kept across reconnects
         # Tool input schemas by name, for the modern era's Mcp-Param-* headers (kept by the router).
         self.tool_schemas: dict[str, Any] = {}
         self._listen = ListenStream(self, lambda message: self._handler.on_notification(self, message))
@@ -194,7 +180,8 @@ class BackendConnection:
     async def _supervise(self) -> None:
         backoff = self.config.restart.initial_backoff_s
         while not self._closing:
-            carrier = self._sse_fallback() if self._use_sse and self._sse_fallback else self._factory()
+            use_sse = self._handshake.use_sse and self._sse_fallback is not None
+            carrier = self._sse_fallback() if use_sse and self._sse_fallback else self._factory()
             self._carrier = carrier
             self.state = "connecting"
             try:
@@ -204,7 +191,7 @@ class BackendConnection:
                 raise
             except Exception as exc:
                 reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                switching = self._use_sse and isinstance(exc, ConnectionError) and "HTTP+SSE" in str(exc)
+                switching = self._handshake.use_sse and isinstance(exc, ConnectionError) and "HTTP+SSE" in str(exc)
                 await self._went_down(carrier, f"connect failed: {reason}")
                 if not switching:
                     self._settled.set()
@@ -245,108 +232,25 @@ class BackendConnection:
 
     async def _connect(self, carrier: Carrier) -> None:
         await carrier.open(self._inbound)
-        wanted = self._known_era or self.config.era
-        if (self.config.transport in ("sse", "builtin") or self._use_sse) and wanted == "auto":
-            wanted = "legacy"  # legacy HTTP+SSE is legacy by definition; the demo is legacy
-        if wanted == "auto" and self.config.transport == "stdio":
-            await self._connect_initialize_first(carrier)
-            return
-        if wanted in ("auto", "modern") and await self._probe_modern(wanted == "modern"):
-            self._became_modern()
-            return
-        self.era = self._known_era = "legacy"
-        await self._finish_legacy(carrier, await self._initialize())
+        agreed = await self._handshake.run(self, carrier)
+        self.era, self.init_result = agreed.era, agreed.init_result
+        if agreed.era == "modern":
+            self._listen.start()
 
-    def _became_modern(self) -> None:
-        self.era = self._known_era = "modern"
-        self._listen.start()
-
-    async def _initialize(self) -> dict[str, Any]:
-        """Send the legacy handshake's ``initialize``; return the answer (result or error)."""
-        self.era = "legacy"  # so that it goes out without the modern envelope
-        params = {
-            "protocolVersion": LATEST_LEGACY,
-            # Every backend is offered MCPL: servers only show it to hosts that advertise it,
-            # and an MCP server ignores what it does not know under ``experimental``.
-            "capabilities": {**GATEWAY_CLIENT_CAPABILITIES, "experimental": {"mcpl": mcpl.HOST_CAPABILITIES}}
-            if self._offer_mcpl
-            else GATEWAY_CLIENT_CAPABILITIES,
-            "clientInfo": self._client_info,
-        }
-        return await self._roundtrip(self.begin("initialize", params, None), self.config.connect_timeout_s)
-
-    async def _connect_initialize_first(self, carrier: Carrier) -> None:
-        """Era detection over stdio: ``initialize`` first, which every released server survives;
-        ``server/discover`` only for a server that refused the handshake (a modern-only server)."""
-        response = await self._initialize()
-        if "error" in response and await self._probe_modern(False):
-            self._became_modern()
-            return
-        self._known_era = "legacy"
-        await self._finish_legacy(carrier, response)
-
-    async def _finish_legacy(self, carrier: Carrier, response: dict[str, Any]) -> None:
-        """Complete the legacy handshake from the answer to ``initialize``."""
-        self.era = "legacy"
-        if "error" in response:
-            if (
-                self._sse_fallback is not None
-                and not self._use_sse
-                and self.config.era == "auto"
-                and getattr(carrier, "last_status", None) in (404, 405)
-            ):
-                # Neither era answers a POST here: the last resort is the legacy HTTP+SSE transport.
-                self._use_sse = True
-                self._known_era = "legacy"
-                raise ConnectionError("no Streamable HTTP here; trying legacy HTTP+SSE at the same URL")
-            raise ConnectionError(f"initialize refused: {response['error'].get('message')}")
-        result = response.get("result")
-        if not isinstance(result, dict) or not isinstance(result.get("protocolVersion"), str):
-            raise ConnectionError("initialize result lacks protocolVersion")
-        if result["protocolVersion"] not in LEGACY_VERSIONS:
-            log.warning("backend %s answered protocol %s; continuing", self.name, result["protocolVersion"])
-        self.init_result = result
-        await carrier.send(jsonrpc.notification("notifications/initialized"))
-        await carrier.ready()
-
-    async def _probe_modern(self, required: bool) -> bool:
-        """Ask ``server/discover`` (2026-07-28). A result, or an error only a modern server uses,
-        means modern; anything else means a legacy server (unless the config requires modern)."""
-        self.era = "modern"  # so that the probe goes out with the modern envelope and headers
-        timeout = self.config.connect_timeout_s if required else min(_PROBE_TIMEOUT_S, self.config.connect_timeout_s)
-        probe = self._probe = self.begin("server/discover", {}, None)
+    async def handshake_request(
+        self, method: str, params: dict[str, Any], era: Era, timeout: float, probe: bool = False
+    ) -> dict[str, Any]:
+        """A request of the handshake (gateway/upstreams/handshake.py), sent in ``era``. A probe's
+        error answer that names no request of ours (``"server-error"``, null) still answers it."""
+        self.era = era  # begin() and the routing headers follow the era being tried
+        pending = self.begin(method, params, None)
+        if probe:
+            self._probe = pending
         try:
-            response = await self._roundtrip(probe, timeout)
-        except jsonrpc.RpcError as exc:
-            if required or exc.code != jsonrpc.BACKEND_TIMEOUT:
-                if exc.code == jsonrpc.BACKEND_UNAVAILABLE and not required:
-                    # The probe killed the connection (a strict legacy server): remember, and retry.
-                    self._known_era = "legacy"
-                raise ConnectionError(f"server/discover probe failed: {exc.message}") from None
-            return False  # a legacy server that ignores requests before initialize
+            return await self._roundtrip(pending, timeout)
         finally:
-            self._probe = None
-        result = response.get("result")
-        if isinstance(result, dict):
-            versions = result.get("supportedVersions")
-            if isinstance(versions, list) and mcp_modern.LATEST_MODERN not in versions:
-                if required:
-                    raise ConnectionError(f"backend supports {versions}, not {mcp_modern.LATEST_MODERN}")
-                return False
-            meta = m if isinstance(m := result.get("_meta"), dict) else {}
-            self.init_result = {
-                "protocolVersion": mcp_modern.LATEST_MODERN,
-                "capabilities": result.get("capabilities") if isinstance(result.get("capabilities"), dict) else {},
-                "serverInfo": meta.get(mcp_modern.SERVER_INFO_KEY) or {},
-                **({"instructions": result["instructions"]} if isinstance(result.get("instructions"), str) else {}),
-            }
-            return True
-        error = response.get("error") or {}
-        if error.get("code") in mcp_modern.MODERN_ERROR_CODES:
-            raise ConnectionError(f"backend refused the modern envelope: {error.get('message')}")
-        if required:
-            raise ConnectionError(f"backend does not serve 2026-07-28: {error.get('message')}")
-        return False
+            if probe:
+                self._probe = None
 
     def relisten(self) -> None:
         """The set of watched resources changed: reopen the listen stream with the new filter."""

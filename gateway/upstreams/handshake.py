@@ -1,0 +1,158 @@
+"""Era detection and the handshake of one connection attempt to a backend.
+
+``era: auto`` asks in an order every released server survives, and the answer is kept across
+reconnects (``known_era``):
+
+- over stdio ``initialize`` goes first (Python SDK 1.6 dies on an unknown method such as
+  ``server/discover``, then hangs), and only a server that refuses it is asked ``server/discover``;
+- elsewhere ``server/discover`` goes first, and any error answer to it, whatever its id (SDK 1.x
+  answers ``"server-error"``), is a decisive "no" at once, never a wait for the probe timeout;
+- an HTTP URL where neither era answers a POST (404/405) is tried once more as legacy HTTP+SSE
+  (``use_sse``); legacy SSE and the builtin demo are legacy by definition.
+
+The handshake only decides and agrees; the connection owns the requests (ids, the modern envelope
+of the era in use) and is reached through the narrow :class:`Exchange`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from adapters import mcp_modern, mcpl
+from adapters.mcp import LATEST_LEGACY, LEGACY_VERSIONS
+from gateway import jsonrpc
+from gateway.config import Backend as BackendConfig
+from gateway.upstreams.base import Carrier
+
+log = logging.getLogger(__name__)
+
+Era = Literal["legacy", "modern"]
+
+# What the gateway offers backends as a client: it relays all of these to its own clients.
+GATEWAY_CLIENT_CAPABILITIES: dict[str, Any] = {
+    "roots": {"listChanged": True},
+    "sampling": {},
+    "elicitation": {"form": {}, "url": {}},
+}
+PROBE_TIMEOUT_S = 5.0
+
+
+class Exchange(Protocol):
+    """A request of the handshake, sent by the connection in ``era`` (its envelope and headers)."""
+
+    async def handshake_request(
+        self, method: str, params: dict[str, Any], era: Era, timeout: float, probe: bool = False
+    ) -> dict[str, Any]:
+        """The answer (result or error message); raises ``RpcError`` on timeout or a dead carrier.
+        A ``probe`` is also answered by an error that names no request of ours."""
+
+
+@dataclass(frozen=True, slots=True)
+class Agreed:
+    era: Era
+    init_result: dict[str, Any]
+
+
+class Handshake:
+    def __init__(
+        self, name: str, config: BackendConfig, client_info: dict[str, Any], offer_mcpl: bool, sse_possible: bool
+    ) -> None:
+        self._name = name
+        self._config = config
+        self._client_info = client_info
+        self._offer_mcpl = offer_mcpl
+        self._sse_possible = sse_possible
+        self.known_era: Era | None = None  # learned once, kept across reconnects
+        self.use_sse = False  # an http backend that turned out to be legacy HTTP+SSE
+
+    async def run(self, exchange: Exchange, carrier: Carrier) -> Agreed:
+        """Detect the era (if not known or pinned) and complete that era's handshake on ``carrier``."""
+        config = self._config
+        wanted = self.known_era or config.era
+        if (config.transport in ("sse", "builtin") or self.use_sse) and wanted == "auto":
+            wanted = "legacy"  # legacy HTTP+SSE is legacy by definition; the demo is legacy
+        if wanted == "auto" and config.transport == "stdio":
+            response = await self._initialize(exchange)
+            if "error" in response and (found := await self._probe_modern(exchange, False)) is not None:
+                return self._modern(found)
+            self.known_era = "legacy"
+            return await self._finish_legacy(carrier, response)
+        if wanted in ("auto", "modern") and (found := await self._probe_modern(exchange, wanted == "modern")):
+            return self._modern(found)
+        self.known_era = "legacy"
+        return await self._finish_legacy(carrier, await self._initialize(exchange))
+
+    def _modern(self, init_result: dict[str, Any]) -> Agreed:
+        self.known_era = "modern"
+        return Agreed("modern", init_result)
+
+    async def _initialize(self, exchange: Exchange) -> dict[str, Any]:
+        """Send the legacy handshake's ``initialize``; return the answer (result or error)."""
+        capabilities: dict[str, Any] = GATEWAY_CLIENT_CAPABILITIES
+        if self._offer_mcpl:
+            # Every backend is offered MCPL: servers only show it to hosts that advertise it, and
+            # an MCP server ignores what it does not know under ``experimental``.
+            capabilities = {**capabilities, "experimental": {"mcpl": mcpl.HOST_CAPABILITIES}}
+        params = {"protocolVersion": LATEST_LEGACY, "capabilities": capabilities, "clientInfo": self._client_info}
+        return await exchange.handshake_request("initialize", params, "legacy", self._config.connect_timeout_s)
+
+    async def _finish_legacy(self, carrier: Carrier, response: dict[str, Any]) -> Agreed:
+        """Complete the legacy handshake from the answer to ``initialize``."""
+        if "error" in response:
+            if (
+                self._sse_possible
+                and not self.use_sse
+                and self._config.era == "auto"
+                and getattr(carrier, "last_status", None) in (404, 405)
+            ):
+                # Neither era answers a POST here: the last resort is the legacy HTTP+SSE transport.
+                self.use_sse = True
+                self.known_era = "legacy"
+                raise ConnectionError("no Streamable HTTP here; trying legacy HTTP+SSE at the same URL")
+            raise ConnectionError(f"initialize refused: {response['error'].get('message')}")
+        result = response.get("result")
+        if not isinstance(result, dict) or not isinstance(result.get("protocolVersion"), str):
+            raise ConnectionError("initialize result lacks protocolVersion")
+        if result["protocolVersion"] not in LEGACY_VERSIONS:
+            log.warning("backend %s answered protocol %s; continuing", self._name, result["protocolVersion"])
+        await carrier.send(jsonrpc.notification("notifications/initialized"))
+        await carrier.ready()
+        return Agreed("legacy", result)
+
+    async def _probe_modern(self, exchange: Exchange, required: bool) -> dict[str, Any] | None:
+        """Ask ``server/discover`` (2026-07-28). A result, or an error only a modern server uses,
+        means modern (the result is returned as the backend's init result); anything else means a
+        legacy server (None), unless the config requires modern."""
+        config = self._config
+        timeout = config.connect_timeout_s if required else min(PROBE_TIMEOUT_S, config.connect_timeout_s)
+        try:
+            response = await exchange.handshake_request("server/discover", {}, "modern", timeout, probe=True)
+        except jsonrpc.RpcError as exc:
+            if required or exc.code != jsonrpc.BACKEND_TIMEOUT:
+                if exc.code == jsonrpc.BACKEND_UNAVAILABLE and not required:
+                    # The probe killed the connection (a strict legacy server): remember, and retry.
+                    self.known_era = "legacy"
+                raise ConnectionError(f"server/discover probe failed: {exc.message}") from None
+            return None  # a legacy server that ignores requests before initialize
+        result = response.get("result")
+        if isinstance(result, dict):
+            versions = result.get("supportedVersions")
+            if isinstance(versions, list) and mcp_modern.LATEST_MODERN not in versions:
+                if required:
+                    raise ConnectionError(f"backend supports {versions}, not {mcp_modern.LATEST_MODERN}")
+                return None
+            meta = m if isinstance(m := result.get("_meta"), dict) else {}
+            return {
+                "protocolVersion": mcp_modern.LATEST_MODERN,
+                "capabilities": result.get("capabilities") if isinstance(result.get("capabilities"), dict) else {},
+                "serverInfo": meta.get(mcp_modern.SERVER_INFO_KEY) or {},
+                **({"instructions": result["instructions"]} if isinstance(result.get("instructions"), str) else {}),
+            }
+        error = response.get("error") or {}
+        if error.get("code") in mcp_modern.MODERN_ERROR_CODES:
+            raise ConnectionError(f"backend refused the modern envelope: {error.get('message')}")
+        if required:
+            raise ConnectionError(f"backend does not serve 2026-07-28: {error.get('message')}")
+        return None
