@@ -24,7 +24,7 @@ from gateway import jsonrpc
 from gateway.config import Backend as BackendConfig
 from gateway.upstreams.base import Carrier, CarrierClosed
 from gateway.upstreams.handshake import GATEWAY_CLIENT_CAPABILITIES, Era, Handshake
-from gateway.upstreams.listen import ListenStream
+from gateway.upstreams.listen import ListenOwner, ListenStream
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,7 @@ class BackendConnection:
         self.config = config
         self._factory = carrier_factory
         self._sse_fallback = sse_fallback
+        self._handshake_step: str | None = None  # the handshake request in flight (for errors)
         self._handshake = Handshake(name, config, client_info, offer_mcpl, sse_possible=sse_fallback is not None)
         self._handler = handler
         self._client_info = client_info
@@ -185,7 +186,7 @@ class BackendConnection:
             self._carrier = carrier
             self.state = "connecting"
             try:
-                await asyncio.wait_for(self._connect(carrier), self.config.connect_timeout_s)
+                await asyncio.wait_for(self._connect_watched(carrier), self.config.connect_timeout_s)
             except asyncio.CancelledError:
                 await carrier.close()
                 raise
@@ -230,6 +231,24 @@ class BackendConnection:
         if was_ready:
             self._handler.on_disconnected(self, reason)
 
+    async def _connect_watched(self, carrier: Carrier) -> None:
+        """The handshake, cut short when the carrier dies meanwhile (a stdio server that exits during
+        ``initialize``): the attempt fails at once, not when ``connect_timeout_s`` runs out."""
+        handshake = asyncio.create_task(self._connect(carrier), name=f"handshake-{self.name}")
+        closed = asyncio.create_task(carrier.wait_closed(), name=f"handshake-watch-{self.name}")
+        try:
+            await asyncio.wait((handshake, closed), return_when=asyncio.FIRST_COMPLETED)
+            if handshake.done():
+                handshake.result()  # raises what the handshake raised
+                return
+            step = self._handshake_step or "the connect"
+            self._handshake.went_away(step)
+            raise ConnectionError(f"the backend went away during {step}: {closed.result()}")
+        finally:
+            for task in (handshake, closed):
+                task.cancel()
+            await asyncio.gather(handshake, closed, return_exceptions=True)
+
     async def _connect(self, carrier: Carrier) -> None:
         await carrier.open(self._inbound)
         agreed = await self._handshake.run(self, carrier)
@@ -243,6 +262,7 @@ class BackendConnection:
         """A request of the handshake (gateway/upstreams/handshake.py), sent in ``era``. A probe's
         error answer that names no request of ours (``"server-error"``, null) still answers it."""
         self.era = era  # begin() and the routing headers follow the era being tried
+        self._handshake_step = method
         pending = self.begin(method, params, None)
         if probe:
             self._probe = pending
@@ -429,7 +449,7 @@ class BackendConnection:
             return
         if owner is None and method == "notifications/message":
             owner = self._log_owner()
-        if owner is not None and method not in _GLOBAL_NOTIFICATIONS:
+        if owner is not None and (method not in _GLOBAL_NOTIFICATIONS or isinstance(owner, ListenOwner)):
             owner.deliver(message)
             return
         self._handler.on_notification(self, message)

@@ -84,6 +84,12 @@ class Handshake:
         self.known_era = "legacy"
         return await self._finish_legacy(carrier, await self._initialize(exchange))
 
+    def went_away(self, step: str) -> None:
+        """The backend died while ``step`` was asked. A server that dies on the modern probe is a
+        strict legacy server (SDK 1.6 over stdio): remembered, so the next attempt skips the probe."""
+        if step == "server/discover" and self._config.era == "auto":
+            self.known_era = "legacy"
+
     def _modern(self, init_result: dict[str, Any]) -> Agreed:
         self.known_era = "modern"
         return Agreed("modern", init_result)

@@ -27,8 +27,9 @@ log = logging.getLogger(__name__)
 _FOREVER_S = 365 * 86400.0  # the stream lives as long as the connection; its end is not a timeout
 
 
-class _ListenOwner:
-    """Receives what one listen request's stream carries."""
+class ListenOwner:
+    """Receives everything one listen request's stream carries, list changes and resource updates
+    included: they reach the handler only through it, without the stream's subscription id."""
 
     session_id = ""
     log_level = None
@@ -96,7 +97,7 @@ class ListenStream:
         while conn.state in ("ready", "connecting"):
             await conn.wait_ready(_FOREVER_S)
             params = {"notifications": {**wanted, "resourceSubscriptions": sorted(self.resources)}}
-            owner = _ListenOwner(self._deliver)
+            owner = ListenOwner(self._deliver)
             pending = self._open = conn.begin("subscriptions/listen", params, owner)
             try:
                 response = await conn.call(pending, _FOREVER_S)

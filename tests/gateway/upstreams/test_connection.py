@@ -407,12 +407,6 @@ async def test_an_unknown_legacy_version_is_accepted() -> None:
     assert r.conn.protocol_version == "2030-01-01" and r.conn.state == "ready"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: nothing watches the carrier while the handshake runs, so a backend that dies during "
-    "initialize (stdio: the process exits) is noticed only when connect_timeout_s runs out",
-)
 async def test_a_backend_that_dies_during_the_handshake_fails_the_attempt_at_once() -> None:
     backend = FakeBackend("legacy")
     backend.die_on_initialize = True
@@ -775,13 +769,6 @@ async def test_a_modern_backend_with_list_changes_gets_one_listen_stream() -> No
     assert r.backend.carrier.methods().count("subscriptions/listen") == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: list changes and resource updates on the listen stream reach the handler with the "
-    "backend's subscription id still in _meta (connection._inbound hands _GLOBAL_NOTIFICATIONS to the "
-    "handler before the listen stream's owner can strip it), contrary to gateway/upstreams/listen.py",
-)
 @pytest.mark.parametrize(
     ("method", "params"),
     [
