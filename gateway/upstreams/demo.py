@@ -13,13 +13,14 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeGuard
 
+from adapters.mcp import LEGACY_VERSIONS, LOG_LEVELS
 from gateway import jsonrpc
 from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
 
 log = logging.getLogger(__name__)
 
-SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
-_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+SUPPORTED_VERSIONS = LEGACY_VERSIONS  # the demo is a legacy-era server
+_LEVELS = LOG_LEVELS
 
 TOOLS: list[dict[str, Any]] = [
     {
