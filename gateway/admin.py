@@ -7,6 +7,7 @@ there is no admin API (every call is 404). Changes to principals apply to live s
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -20,7 +21,13 @@ from gateway.transports.http_common import base_url
 from policies.auth import bearer_token
 
 if TYPE_CHECKING:
-    from gateway.core import Gateway
+    from gateway.audit import AuditLog
+    from gateway.config import Auth
+    from gateway.federation import BackendCatalog
+    from gateway.mcpl import McplRelay
+    from gateway.sessions import SessionStore
+    from policies.auth import PrincipalRegistry
+    from policies.pinning import PinStore
 
 
 def error_response(status: int, message: str) -> Response:
@@ -28,8 +35,26 @@ def error_response(status: int, message: str) -> Response:
 
 
 class AdminApi:
-    def __init__(self, gateway: Gateway) -> None:
-        self._gw = gateway
+    def __init__(
+        self,
+        *,
+        auth: Callable[[], Auth | None],
+        principals: PrincipalRegistry,
+        principals_changed: Callable[[], None],
+        sessions: SessionStore,
+        audit: AuditLog,
+        mcpl: McplRelay,
+        pins: PinStore,
+        catalogs: Mapping[str, BackendCatalog],
+    ) -> None:
+        self._auth = auth  # asked on every call: a config reload replaces it
+        self._principals = principals
+        self._principals_changed = principals_changed
+        self._sessions = sessions
+        self._audit = audit
+        self._mcpl = mcpl
+        self._pins = pins
+        self._catalogs = catalogs
 
     def routes(self) -> list[Route]:
         return [
@@ -45,7 +70,7 @@ class AdminApi:
         ]
 
     async def resource_metadata(self, request: Request) -> Response:
-        auth = self._gw.config.auth
+        auth = self._auth()
         resource = (auth.resource if auth and auth.resource else None) or f"{base_url(request.scope)}/mcp"
         return JSONResponse(
             {
@@ -57,7 +82,7 @@ class AdminApi:
         )
 
     def _authorized(self, request: Request) -> Response | None:
-        auth = self._gw.config.auth
+        auth = self._auth()
         if auth is None or not auth.admin_token:
             return error_response(404, "no admin API: set auth.admin_token")
         token = bearer_token(request.headers.get("authorization"))
@@ -78,7 +103,7 @@ class AdminApi:
     async def list_principals(self, request: Request) -> Response:
         if (refused := self._authorized(request)) is not None:
             return refused
-        registry = self._gw.principals
+        registry = self._principals
         principals = {}
         for name in registry.names():
             config = registry.get(name)
@@ -87,7 +112,7 @@ class AdminApi:
             if config.mcpl.feature_sets is not None or config.mcpl.scopes is not None:
                 principals[name]["mcpl"] = config.mcpl.model_dump(exclude_none=True)
         sessions: dict[str, int] = {}
-        for session in self._gw.sessions:
+        for session in self._sessions:
             sessions[session.principal.name] = sessions.get(session.principal.name, 0) + 1
         return JSONResponse({"principals": principals, "sessions": sessions})
 
@@ -100,12 +125,12 @@ class AdminApi:
             config = PrincipalConfig.model_validate(body)
         except (ValueError, ValidationError) as exc:
             return error_response(400, str(exc))
-        existing = self._gw.principals.get(name)
+        existing = self._principals.get(name)
         if existing is not None and "tokens" not in (body or {}):
             config = config.model_copy(update={"tokens": existing.tokens})  # keep tokens unless given
-        self._gw.principals.upsert(name, config)
-        self._gw.principals_changed()
-        self._gw.audit.record("principal_changed", principal=name, capabilities=config.capabilities)
+        self._principals.upsert(name, config)
+        self._principals_changed()
+        self._audit.record("principal_changed", principal=name, capabilities=config.capabilities)
         return JSONResponse({"principal": name, "capabilities": config.capabilities})
 
     async def change_capabilities(self, request: Request) -> Response:
@@ -113,7 +138,7 @@ class AdminApi:
         if (refused := self._authorized(request)) is not None:
             return refused
         name = request.path_params["name"]
-        existing = self._gw.principals.get(name)
+        existing = self._principals.get(name)
         if existing is None:
             return error_response(404, f"no principal {name!r}")
         try:
@@ -131,37 +156,37 @@ class AdminApi:
         capabilities = [c for c in existing.capabilities if c not in remove] + [
             c for c in add if c not in existing.capabilities
         ]
-        self._gw.principals.upsert(name, existing.model_copy(update={"capabilities": capabilities}))
-        self._gw.principals_changed()
-        self._gw.audit.record("principal_changed", principal=name, capabilities=capabilities)
+        self._principals.upsert(name, existing.model_copy(update={"capabilities": capabilities}))
+        self._principals_changed()
+        self._audit.record("principal_changed", principal=name, capabilities=capabilities)
         return JSONResponse({"principal": name, "capabilities": capabilities})
 
     async def delete_principal(self, request: Request) -> Response:
         if (refused := self._authorized(request)) is not None:
             return refused
         name = request.path_params["name"]
-        if not self._gw.principals.remove(name):
+        if not self._principals.remove(name):
             return error_response(404, f"no principal {name!r}")
-        self._gw.principals_changed()
-        self._gw.audit.record("principal_removed", principal=name)
+        self._principals_changed()
+        self._audit.record("principal_removed", principal=name)
         return Response(status_code=204)
 
     async def mcpl_state(self, request: Request) -> Response:
         """MCPL at a glance: what each backend declared and was last told, what each host has enabled."""
         if (refused := self._authorized(request)) is not None:
             return refused
-        return JSONResponse(self._gw.mcpl.snapshot())
+        return JSONResponse(self._mcpl.snapshot())
 
     async def list_pins(self, request: Request) -> Response:
         if (refused := self._authorized(request)) is not None:
             return refused
-        return JSONResponse({"mode": self._gw.config.pinning.mode, "pending": self._gw.pins.pending()})
+        return JSONResponse({"mode": self._pins.mode, "pending": self._pins.pending()})
 
     async def approve_pin(self, request: Request) -> Response:
         if (refused := self._authorized(request)) is not None:
             return refused
         backend, tool = request.path_params["backend"], request.path_params["tool"]
-        if not await self._gw.pins.approve(backend, tool):
+        if not await self._pins.approve(backend, tool):
             return error_response(404, f"no changed definition of {backend}/{tool} awaits approval")
-        self._gw.catalogs[backend].invalidate("tools") if backend in self._gw.catalogs else None
+        self._catalogs[backend].invalidate("tools") if backend in self._catalogs else None
         return JSONResponse({"approved": f"{backend}/{tool}"})

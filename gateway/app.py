@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -17,9 +17,11 @@ from gateway.core import Gateway
 from gateway.federation import View
 from gateway.mcpx.api import McpxApi
 from gateway.mcpx.door import McpxDoor
+from gateway.routing.listen import ListenAdmission
 from gateway.transports.origin import OriginGuard, refuse
 from gateway.transports.sse import LegacySseDoor
 from gateway.transports.streamable_http import StreamableHttpDoor
+from gateway.transports.streamable_http_modern import ModernExchange
 from gateway.transports.websocket import WebSocketDoor
 
 
@@ -68,12 +70,36 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
     def single(scope: Any) -> View | None:
         return gw.single.get(scope.get("path_params", {}).get("name", ""))
 
-    mcp_fed = StreamableHttpDoor(gw, federated)
-    mcp_one = StreamableHttpDoor(gw, single)
-    sse_fed = LegacySseDoor(gw, federated, lambda _s: "/messages")
-    sse_one = LegacySseDoor(gw, single, lambda s: f"/servers/{s['path_params']['name']}/messages")
-    ws_fed = WebSocketDoor(gw, federated)
-    ws_one = WebSocketDoor(gw, single)
+    # Every MCP door gets what it uses; the front desk (who calls, may a session open) is the gateway.
+    router, sessions, limits, counters = gw.router, gw.sessions, gw.config.limits, gw.metrics
+    modern = ModernExchange(
+        desk=gw,
+        sessions=sessions,
+        catalog=gw.catalog,
+        identity=gw.server_identity,
+        listen_admission=ListenAdmission(gw.chain, gw.catalog, gw.subscriptions, router),
+        limits=limits,
+    )
+
+    def mcp_door(view_of: Callable[[Any], View | None]) -> StreamableHttpDoor:
+        return StreamableHttpDoor(
+            view_of, desk=gw, router=router, sessions=sessions, limits=limits, metrics=counters, modern=modern
+        )
+
+    def sse_door(view_of: Callable[[Any], View | None], messages_path: Callable[[Any], str]) -> LegacySseDoor:
+        return LegacySseDoor(
+            view_of, messages_path, desk=gw, router=router, sessions=sessions, limits=limits, metrics=counters
+        )
+
+    def ws_door(view_of: Callable[[Any], View | None]) -> WebSocketDoor:
+        return WebSocketDoor(view_of, desk=gw, router=router, sessions=sessions, limits=limits, metrics=counters)
+
+    mcp_fed = mcp_door(federated)
+    mcp_one = mcp_door(single)
+    sse_fed = sse_door(federated, lambda _s: "/messages")
+    sse_one = sse_door(single, lambda s: f"/servers/{s['path_params']['name']}/messages")
+    ws_fed = ws_door(federated)
+    ws_one = ws_door(single)
     topic_door = McpxDoor(
         gw.config.mcpx,
         queue_size=gw.config.limits.session_queue,
@@ -104,7 +130,16 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
             await gw.stop()
 
     any_method = ["GET", "POST", "DELETE", "PUT", "PATCH", "OPTIONS", "HEAD"]
-    admin = AdminApi(gw)
+    admin = AdminApi(
+        auth=lambda: gw.config.auth,
+        principals=gw.principals,
+        principals_changed=gw.principals_changed,
+        sessions=gw.sessions,
+        audit=gw.audit,
+        mcpl=gw.mcpl,
+        pins=gw.pins,
+        catalogs=gw.catalogs,
+    )
     routes = [
         *admin.routes(),
         *McpxApi(

@@ -9,6 +9,9 @@ stuck in a send (the socket is full). Then the channel is closed as overflowed a
 blocked send is interrupted (``on_overflow``), so the transport drops the client with a logged
 reason. A burst to an attentive client (writer not blocked) is not counted against it, up to
 8 x ``max_pending``. While nobody is attached, the channel keeps only the newest ``replay`` messages.
+
+Closing lets the reader drain what is queued before it sees the end; ``finish`` (how a session ends
+its channels) also waits for an answer the channel still owes (``owe_answer``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ class Channel:
         self._delivered = 0
         self._wake: asyncio.Event | None = None  # created by the first reader that has to wait
         self.closed = False
+        self._owed: tuple[Any] | None = None  # the id of an answer still to come (see owe_answer)
+        self._finishing = False
         self.overflowed = False
         self.attached = False
         # Called once, on the first push: lets a front door start streaming only when there is
@@ -69,6 +74,11 @@ class Channel:
             while len(self._log) > keep:
                 self._log.popleft()
         self._trim()
+        if self._owed is not None and _answers(message, self._owed[0]):
+            self._owed = None
+            if self._finishing:
+                self.close()  # its last message: the reader drains it, then sees the end
+                return True
         if self._wake is not None:
             self._wake.set()
         return True
@@ -85,9 +95,25 @@ class Channel:
         self.on_overflow = task.cancel if task is not None else None
 
     def close(self) -> None:
+        """No more messages; the reader still gets what is queued, then the end."""
         self.closed = True
         if self._wake is not None:
             self._wake.set()
+
+    def owe_answer(self, rpc_id: Any) -> None:
+        """The answer to request ``rpc_id`` is still to be pushed here: :meth:`finish` waits for it.
+
+        A request that ends its own session (the draft's ``exit``) is answered by its door after the
+        router returned, that is after the session ended and finished its channels; a door that
+        answers elsewhere (an HTTP body) closes the channel itself."""
+        self._owed = (rpc_id,)
+
+    def finish(self) -> None:
+        """Close now or, if an answer is owed, as soon as it is pushed (it is then the last message)."""
+        if self._owed is None:
+            self.close()
+        else:
+            self._finishing = True
 
     def can_resume(self, after: int) -> bool:
         """Whether every message after ``after`` is still held (or none was ever sent after it)."""
@@ -111,6 +137,11 @@ class Channel:
                 self._wake = asyncio.Event()
             self._wake.clear()
             await self._wake.wait()
+
+
+def _answers(message: dict[str, Any], rpc_id: Any) -> bool:
+    """Whether ``message`` is the answer to request ``rpc_id``."""
+    return "id" in message and message["id"] == rpc_id and ("result" in message or "error" in message)
 
 
 async def guarded_write(channel: Channel, write: Awaitable[Any]) -> None:

@@ -225,7 +225,14 @@ async def _serve_stdio(config: Config, server: str | None, token: str | None, co
     reader, send, feeder = await stdio.open_std_streams()
     await gateway.start()
     watcher = asyncio.create_task(_watch_config(gateway, config_path)) if config_path else None
-    serving = asyncio.create_task(stdio.serve(gateway, view, credentials, reader, send))
+    door = stdio.StdioDoor(
+        open_session=gateway.open_session,
+        router=gateway.router,
+        sessions=gateway.sessions,
+        limits=gateway.config.limits,
+        metrics=gateway.metrics,
+    )
+    serving = asyncio.create_task(door.serve(view, credentials, reader, send))
     for signum in (signal.SIGTERM, signal.SIGINT):
         # A host stopping its server: end the session and stop the backends (their process groups).
         asyncio.get_running_loop().add_signal_handler(signum, serving.cancel)

@@ -177,9 +177,10 @@ class ClientSession:
         if self.closed:
             return
         self.closed = True
-        self.standalone.close()
+        # finish(): a channel that still owes the answer to the request ending the session takes it first.
+        self.standalone.finish()
         for channel in self.streams.values():
-            channel.close()
+            channel.finish()
         for callback in self._on_close:
             try:
                 callback(self)

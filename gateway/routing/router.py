@@ -136,7 +136,7 @@ class Router:
             if alias == "initialize":
                 session.codec = codecs.DRAFT
             if alias in mcp_draft.LOCAL_METHODS:
-                return self._draft_lifecycle(session, message, alias)
+                return self._draft_lifecycle(session, message, alias, channel)
         response = await self._handle(session, message, shape, channel, principal or session.principal)
         if draft_ack is not None:
             return jsonrpc.result(draft_ack, {})  # the draft acknowledges a cancel sent as a request
@@ -144,12 +144,19 @@ class Router:
             response = mcp_draft.reshape_response(alias, response, self._identity(session.view)["serverInfo"])
         return response
 
-    def _draft_lifecycle(self, session: ClientSession, message: dict[str, Any], alias: str) -> dict[str, Any] | None:
-        """``shutdown`` is answered with null; ``exit`` ends the session (the draft's lifecycle)."""
+    def _draft_lifecycle(
+        self, session: ClientSession, message: dict[str, Any], alias: str, channel: Channel
+    ) -> dict[str, Any] | None:
+        """``shutdown`` is answered with null; ``exit`` ends the session (the draft's lifecycle).
+
+        An ``exit`` sent as a request is answered too: its door delivers the answer after this
+        returns, so the channel it goes on closes only once it holds it (``Channel.owe_answer``)."""
+        answer = jsonrpc.result(message["id"], None) if "id" in message else None
         if alias == "exit":
+            if answer is not None:
+                channel.owe_answer(answer["id"])
             self._sessions.end(session)
-            return jsonrpc.result(message["id"], None) if "id" in message else None
-        return jsonrpc.result(message.get("id"), None) if "id" in message else None
+        return answer
 
     async def _handle(
         self,

@@ -17,12 +17,12 @@ from gateway.channels import guarded_write
 from gateway.sessions import ClientSession
 
 if TYPE_CHECKING:
-    from gateway.core import Gateway
+    from gateway.routing import Router
 
 log = logging.getLogger(__name__)
 
 
-async def handle_frame(gateway: Gateway, session: ClientSession, data: str | bytes) -> None:
+async def handle_frame(router: Router, session: ClientSession, data: str | bytes) -> None:
     """Decode one frame and handle every message in it; errors are answered, never raised."""
     try:
         message = jsonrpc.loads(data)
@@ -41,7 +41,7 @@ async def handle_frame(gateway: Gateway, session: ClientSession, data: str | byt
             session.standalone.push(jsonrpc.error_from(rpc_id if jsonrpc.valid_id(rpc_id) else None, exc))
             continue
         try:
-            response = await gateway.router.handle(session, item, shape, session.standalone)
+            response = await router.handle(session, item, shape, session.standalone)
         except Exception:
             log.exception("request %s failed inside the gateway", item.get("method"))
             response = jsonrpc.error(item.get("id"), jsonrpc.INTERNAL_ERROR, "Internal error in the gateway")

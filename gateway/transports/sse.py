@@ -35,9 +35,12 @@ from policies.auth import AuthError
 from policies.principal import Principal
 
 if TYPE_CHECKING:
-    from gateway.core import Gateway
+    from gateway.config import Limits
     from gateway.federation import View
-    from gateway.sessions import ClientSession
+    from gateway.metrics import Metrics
+    from gateway.routing import Router
+    from gateway.sessions import ClientSession, SessionStore
+    from gateway.transports.front_desk import FrontDesk
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +51,23 @@ class LegacySseDoor:
     """Serves both the stream (GET) and the message endpoint (POST) of one view."""
 
     def __init__(
-        self, gateway: Gateway, view_of: Callable[[Scope], View | None], messages_path: Callable[[Scope], str]
-    ):
-        self._gw = gateway
+        self,
+        view_of: Callable[[Scope], View | None],
+        messages_path: Callable[[Scope], str],
+        *,
+        desk: FrontDesk,
+        router: Router,
+        sessions: SessionStore,
+        limits: Limits,
+        metrics: Metrics,
+    ) -> None:
         self._view_of = view_of
         self._messages_path = messages_path
-        self._limits = gateway.config.limits
+        self._desk = desk
+        self._router = router
+        self._sessions = sessions
+        self._limits = limits
+        self._metrics = metrics
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def stream(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -67,16 +81,16 @@ class LegacySseDoor:
         if not accepts(scope, "text/event-stream"):
             await send_rpc_error(send, 406, jsonrpc.INVALID_REQUEST, "Accept must list text/event-stream")
             return
-        refusal = self._gw.admit_session(TRANSPORT)
+        refusal = self._desk.admit_session(TRANSPORT)
         if not refusal.allowed:
             await send_rpc_error(send, 503, refusal.code, refusal.reason)
             return
         try:
-            credentials = self._gw.authenticate(scope)
+            credentials = self._desk.authenticate(scope)
         except AuthError as exc:
             await send_unauthorized(send, scope, exc.reason, exc.error)
             return
-        session = self._gw.open_session(TRANSPORT, view, credentials)
+        session = self._desk.open_session(TRANSPORT, view, credentials)
         channel = session.standalone
         channel.attached = True
         endpoint = f"{scope.get('root_path', '')}{self._messages_path(scope)}?session_id={session.id}"
@@ -117,6 +131,8 @@ class LegacySseDoor:
                     continue
                 batch = reader.result()
                 if not batch:
+                    # The session ended on the gateway's side (the draft's exit, shutdown): end the response.
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
                     break
                 after = batch[-1][0]
                 body = b"".join(
@@ -128,7 +144,7 @@ class LegacySseDoor:
         except (ChannelOverflow, asyncio.CancelledError) as exc:
             if not absorb_overflow(channel, exc):
                 raise
-            self._gw.metrics.dropped_clients.labels(TRANSPORT).inc()
+            self._metrics.dropped_clients.labels(TRANSPORT).inc()
             log.warning("SSE session %s dropped: the client stopped reading", session.id[:8])
         except OSError:
             pass
@@ -137,7 +153,7 @@ class LegacySseDoor:
             channel.writing = False
             channel.on_overflow = None
             channel.attached = False
-            self._gw.sessions.end(session)
+            self._sessions.end(session)
 
     async def messages(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -148,12 +164,12 @@ class LegacySseDoor:
         if not session_id:
             await send_rpc_error(send, 400, jsonrpc.INVALID_REQUEST, "session_id is required")
             return
-        session = self._gw.sessions.get(session_id)
+        session = self._sessions.get(session_id)
         if session is None or session.transport != TRANSPORT or session.view is not self._view_of(scope):
             await send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "Session not found")
             return
         try:
-            principal = self._gw.caller_of(session, scope)
+            principal = self._desk.caller_of(session, scope)
         except AuthError as exc:
             await send_unauthorized(send, scope, exc.reason, exc.error)
             return
@@ -183,7 +199,7 @@ class LegacySseDoor:
         self, session: ClientSession, message: dict[str, Any], shape: jsonrpc.Shape, principal: Principal
     ) -> None:
         try:
-            response = await self._gw.router.handle(session, message, shape, session.standalone, principal)
+            response = await self._router.handle(session, message, shape, session.standalone, principal)
         except Exception:
             log.exception("request %s failed inside the gateway", message.get("method"))
             response = jsonrpc.error(message.get("id"), jsonrpc.INTERNAL_ERROR, "Internal error in the gateway")

@@ -3,7 +3,8 @@
 This is how desktop hosts (and MCPL hosts) run a local server: one process, one client, one session
 on stdin/stdout, while the gateway behind it federates its backends as usual. stdout carries only
 JSON-RPC (logs go to stderr). A line longer than ``limits.max_message_bytes`` is discarded up to its
-newline and answered with an error; nothing else is lost. EOF on stdin ends the session.
+newline and answered with an error; nothing else is lost. EOF on stdin ends the session; a session
+that ends on the gateway's side (the draft's ``exit``) ends serving at once, its last answers written.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 import os
 import stat
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from gateway import jsonrpc
@@ -22,9 +23,12 @@ from gateway.channels import ChannelOverflow, absorb_overflow
 from gateway.transports.framed import handle_frame, pump_out
 
 if TYPE_CHECKING:
-    from gateway.core import Gateway
+    from gateway.config import Limits
     from gateway.federation import View
-    from gateway.sessions import ClientSession
+    from gateway.metrics import Metrics
+    from gateway.routing import Router
+    from gateway.sessions import ClientSession, SessionStore
+    from gateway.transports.front_desk import OpenSession
     from policies.auth import Credentials
 
 log = logging.getLogger(__name__)
@@ -82,7 +86,7 @@ async def open_std_streams() -> tuple[asyncio.StreamReader, Send, asyncio.Task[N
     return reader, send_blocking, feeder
 
 
-async def lines(reader: asyncio.StreamReader, max_bytes: int) -> AsyncIterator[bytes]:
+async def lines(reader: asyncio.StreamReader, max_bytes: int) -> AsyncGenerator[bytes, None]:
     """Non-empty lines of ``reader``; an over-long line is discarded through its newline and
     yields ``TOO_LONG`` once. The last line may lack its newline."""
     buffer = bytearray()
@@ -114,57 +118,83 @@ async def lines(reader: asyncio.StreamReader, max_bytes: int) -> AsyncIterator[b
                 yield line
 
 
-async def serve(
-    gateway: Gateway,
-    view: View,
-    credentials: Credentials,
-    reader: asyncio.StreamReader,
-    send: Callable[[str], Awaitable[None]],
-) -> None:
-    """One session on one pair of pipes, until EOF or the session ends."""
-    limits = gateway.config.limits
-    session = gateway.open_session(TRANSPORT, view, credentials)
-    session.standalone.attached = True
-    writer = asyncio.create_task(_write(gateway, session, send))
-    tasks: set[asyncio.Task[None]] = set()
-    try:
-        async for line in lines(reader, limits.max_message_bytes):
-            if writer.done():
-                break
-            if line is TOO_LONG:
-                session.standalone.push(
-                    jsonrpc.error(None, jsonrpc.INVALID_REQUEST, f"message exceeds {limits.max_message_bytes} bytes")
-                )
-                continue
-            task = asyncio.create_task(handle_frame(gateway, session, line))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-        # EOF: answer what is still being handled before the session goes (a host may close its
-        # end of stdin right after its last request).
-        if tasks:
-            await asyncio.wait(tasks, timeout=limits.client_request_timeout_s)
-        session.standalone.close()  # the writer flushes what is queued, then returns
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(writer), 5.0)
-    finally:
-        for task in tasks:
-            task.cancel()
-        gateway.sessions.end(session)
-        writer.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await writer
+class StdioDoor:
+    """Serves one session per pair of pipes (``switchboard stdio`` has one: its own stdin and stdout)."""
 
+    def __init__(
+        self, *, open_session: OpenSession, router: Router, sessions: SessionStore, limits: Limits, metrics: Metrics
+    ) -> None:
+        self._open_session = open_session
+        self._router = router
+        self._sessions = sessions
+        self._limits = limits
+        self._metrics = metrics
 
-async def _write(gateway: Gateway, session: ClientSession, send: Callable[[str], Awaitable[None]]) -> None:
-    channel = session.standalone
-    try:
-        await pump_out(session, send)
-    except (ChannelOverflow, asyncio.CancelledError) as exc:
-        if not absorb_overflow(channel, exc):
-            raise
-        gateway.metrics.dropped_clients.labels(TRANSPORT).inc()
-        log.warning(
-            "stdio client stopped reading with more than %d messages behind", gateway.config.limits.session_queue
-        )
-    except OSError as exc:  # a closed pipe: the host went away
-        log.info("stdio client went away: %s", exc)
+    async def serve(
+        self,
+        view: View,
+        credentials: Credentials,
+        reader: asyncio.StreamReader,
+        send: Callable[[str], Awaitable[None]],
+    ) -> None:
+        """One session on one pair of pipes, until EOF or the session ends."""
+        limits = self._limits
+        session = self._open_session(TRANSPORT, view, credentials)
+        session.standalone.attached = True
+        writer = asyncio.create_task(self._write(session, send))
+        tasks: set[asyncio.Task[None]] = set()
+        incoming = lines(reader, limits.max_message_bytes)
+        reading: asyncio.Future[bytes] | None = None
+        try:
+            while True:
+                # The next line races the session's end: the writer returns once the session's stream
+                # closed and was written out (the draft's exit), and a host may keep stdin open after it.
+                reading = asyncio.ensure_future(anext(incoming))
+                await asyncio.wait((reading, writer), return_when=asyncio.FIRST_COMPLETED)
+                if writer.done():
+                    return
+                try:
+                    line = reading.result()
+                except StopAsyncIteration:
+                    break
+                if line is TOO_LONG:
+                    session.standalone.push(
+                        jsonrpc.error(
+                            None, jsonrpc.INVALID_REQUEST, f"message exceeds {limits.max_message_bytes} bytes"
+                        )
+                    )
+                    continue
+                task = asyncio.create_task(handle_frame(self._router, session, line))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            # EOF: answer what is still being handled before the session goes (a host may close its
+            # end of stdin right after its last request).
+            if tasks:
+                await asyncio.wait(tasks, timeout=limits.client_request_timeout_s)
+            session.standalone.close()  # the writer flushes what is queued, then returns
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(writer), 5.0)
+        finally:
+            for task in tasks:
+                task.cancel()
+            if reading is not None and not reading.done():
+                reading.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reading
+            await incoming.aclose()
+            self._sessions.end(session)
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await writer
+
+    async def _write(self, session: ClientSession, send: Callable[[str], Awaitable[None]]) -> None:
+        channel = session.standalone
+        try:
+            await pump_out(session, send)
+        except (ChannelOverflow, asyncio.CancelledError) as exc:
+            if not absorb_overflow(channel, exc):
+                raise
+            self._metrics.dropped_clients.labels(TRANSPORT).inc()
+            log.warning("stdio client stopped reading with more than %d messages behind", self._limits.session_queue)
+        except OSError as exc:  # a closed pipe: the host went away
+            log.info("stdio client went away: %s", exc)

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from adapters.mcp import LEGACY_VERSIONS
 from adapters.mcp_modern import looks_modern
 from gateway import jsonrpc, sse
 from gateway.channels import Channel, ChannelOverflow, absorb_overflow, guarded_write
@@ -40,9 +41,12 @@ from policies.auth import AuthError
 from policies.principal import Principal
 
 if TYPE_CHECKING:
-    from gateway.core import Gateway
+    from gateway.config import Limits
     from gateway.federation import View
-    from gateway.sessions import ClientSession
+    from gateway.metrics import Metrics
+    from gateway.routing import Router
+    from gateway.sessions import ClientSession, SessionStore
+    from gateway.transports.front_desk import FrontDesk
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +61,24 @@ _SSE_HEADERS = [
 
 
 class StreamableHttpDoor:
-    def __init__(self, gateway: Gateway, view_of: Callable[[Scope], View | None]) -> None:
-        self._gw = gateway
+    def __init__(
+        self,
+        view_of: Callable[[Scope], View | None],
+        *,
+        desk: FrontDesk,
+        router: Router,
+        sessions: SessionStore,
+        limits: Limits,
+        metrics: Metrics,
+        modern: ModernExchange,
+    ) -> None:
         self._view_of = view_of
-        self._limits = gateway.config.limits
-        self._modern = ModernExchange(gateway, self)
+        self._desk = desk
+        self._router = router
+        self._sessions = sessions
+        self._limits = limits
+        self._metrics = metrics
+        self._modern = modern  # the 2026-07-28 era's requests (streamable_http_modern.py)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -102,17 +119,17 @@ class StreamableHttpDoor:
         if not session_id:
             await send_rpc_error(send, 400, jsonrpc.INVALID_REQUEST, "Bad Request: Mcp-Session-Id header is required")
             return None
-        session = self._gw.sessions.get(session_id)
+        session = self._sessions.get(session_id)
         if session is None or session.view is not view or session.transport != TRANSPORT:
             await send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "Session not found")
             return None
         try:
-            principal = self._gw.caller_of(session, scope)
+            principal = self._desk.caller_of(session, scope)
         except AuthError as exc:
             await send_unauthorized(send, scope, exc.reason, exc.error)
             return None
         version = header(scope, b"mcp-protocol-version")
-        if version is not None and version != session.protocol_version and version not in self._gw.legacy_versions:
+        if version is not None and version != session.protocol_version and version not in LEGACY_VERSIONS:
             await send_rpc_error(send, 400, jsonrpc.INVALID_REQUEST, f"Unsupported MCP-Protocol-Version: {version}")
             return None
         return session, principal
@@ -161,7 +178,7 @@ class StreamableHttpDoor:
             # initialize selects the legacy era, unless it comes dressed as a modern request.
             looks_modern(version_header, None) if is_initialize else looks_modern(version_header, message)
         ):
-            await self._modern.handle(scope, receive, send, view, message, shape)
+            await self._modern.handle(scope, receive, send, view, message, shape, self._request)
             return
         extra: list[tuple[str, str]] = []
         if shape is jsonrpc.Shape.REQUEST and message["method"] == "initialize":
@@ -174,16 +191,16 @@ class StreamableHttpDoor:
                     message["id"],
                 )
                 return
-            refusal = self._gw.admit_session(TRANSPORT)
+            refusal = self._desk.admit_session(TRANSPORT)
             if not refusal.allowed:
                 await send_rpc_error(send, 503, refusal.code, refusal.reason, message["id"])
                 return
             try:
-                credentials = self._gw.authenticate(scope)
+                credentials = self._desk.authenticate(scope)
             except AuthError as exc:
                 await send_unauthorized(send, scope, exc.reason, exc.error, message["id"])
                 return
-            session = self._gw.open_session(TRANSPORT, view, credentials)
+            session = self._desk.open_session(TRANSPORT, view, credentials)
             principal = session.principal
             extra.append(("mcp-session-id", session.id))
         else:
@@ -192,7 +209,7 @@ class StreamableHttpDoor:
                 return
             session, principal = found
         if shape is not jsonrpc.Shape.REQUEST:
-            await self._gw.router.handle(session, message, shape, session.standalone, principal)
+            await self._router.handle(session, message, shape, session.standalone, principal)
             await send_bytes(send, 202, b"")
             return
         await self._request(scope, receive, send, session, message, extra, principal=principal)
@@ -219,9 +236,12 @@ class StreamableHttpDoor:
                 return jsonrpc.error_from(None, exc)
             if shape is jsonrpc.Shape.REQUEST and item["method"] == "initialize":
                 return jsonrpc.error(item["id"], jsonrpc.INVALID_REQUEST, "initialize cannot be batched")
-            return await self._gw.router.handle(session, item, shape, session.standalone, principal)
+            return await self._router.handle(session, item, shape, session.standalone, principal)
 
         answers = [a for a in await asyncio.gather(*(one(i) for i in batch)) if a is not None]
+        if session.closed:
+            # An exit in the batch: its answer goes in this body, not on the session stream that owes it.
+            session.standalone.close()
         if answers:
             await send_bytes(send, 200, jsonrpc.dumps(answers))
         else:
@@ -267,7 +287,7 @@ class StreamableHttpDoor:
 
         channel.on_first_push = start_streaming
         try:
-            response = await self._gw.router.handle(session, message, jsonrpc.Shape.REQUEST, channel, principal)
+            response = await self._router.handle(session, message, jsonrpc.Shape.REQUEST, channel, principal)
         except asyncio.CancelledError:
             if gone is None or not gone.done() or gone.cancelled():
                 raise
@@ -378,7 +398,7 @@ class StreamableHttpDoor:
         except (ChannelOverflow, asyncio.CancelledError) as exc:
             if not absorb_overflow(channel, exc):
                 raise
-            self._gw.metrics.dropped_clients.labels(TRANSPORT).inc()
+            self._metrics.dropped_clients.labels(TRANSPORT).inc()
             log.warning(
                 "stream %s dropped: the client stopped reading with more than %d messages behind",
                 channel.id,
@@ -441,7 +461,7 @@ class StreamableHttpDoor:
         found = await self._session(scope, send, view)
         if found is None:
             return
-        self._gw.sessions.end(found[0])
+        self._sessions.end(found[0])
         await send_bytes(send, 200, b"")
 
 

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from adapters import codecs, mcp_modern
 from gateway import errors, jsonrpc, sse
@@ -34,9 +34,14 @@ from gateway.transports.http_common import (
 from policies.auth import AuthError, Credentials
 
 if TYPE_CHECKING:
-    from gateway.core import Gateway
+    from collections.abc import Callable
+
+    from gateway.config import Limits
     from gateway.federation import View
-    from gateway.transports.streamable_http import StreamableHttpDoor
+    from gateway.routing.catalog import Catalog
+    from gateway.routing.router import Identity
+    from gateway.sessions import SessionStore
+    from gateway.transports.front_desk import FrontDesk
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +53,52 @@ def _headers(scope: Scope) -> dict[str, str]:
     return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
 
 
+class RunRequest(Protocol):
+    """How the Streamable HTTP door runs one request on a session and answers it (JSON, or SSE as
+    soon as something precedes the result): ``StreamableHttpDoor._request``."""
+
+    async def __call__(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        session: ClientSession,
+        message: dict[str, Any],
+        extra: list[tuple[str, str]],
+        finish: Callable[[dict[str, Any]], tuple[int, dict[str, Any]]] | None = None,
+        cancel_on_disconnect: bool = False,
+    ) -> None: ...
+
+
 class ModernExchange:
-    def __init__(self, gateway: Gateway, door: StreamableHttpDoor) -> None:
-        self._gw = gateway
-        self._door = door
-        self._listen_admission = ListenAdmission(gateway.chain, gateway.catalog, gateway.subscriptions, gateway.router)
+    def __init__(
+        self,
+        *,
+        desk: FrontDesk,
+        sessions: SessionStore,
+        catalog: Catalog,
+        identity: Identity,
+        listen_admission: ListenAdmission,
+        limits: Limits,
+    ) -> None:
+        self._desk = desk
+        self._sessions = sessions
+        self._catalog = catalog
+        self._identity = identity
+        self._listen_admission = listen_admission
+        self._limits = limits
 
     async def handle(
-        self, scope: Scope, receive: Receive, send: Send, view: View, message: dict[str, Any], shape: jsonrpc.Shape
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        view: View,
+        message: dict[str, Any],
+        shape: jsonrpc.Shape,
+        run: RunRequest,
     ) -> None:
+        """Answer one modern request; ``run`` runs the ones that go through the router."""
         if shape is not jsonrpc.Shape.REQUEST:
             # The modern era defines no client-to-server notifications or responses on this wire.
             await send_bytes(send, 202, b"")
@@ -64,7 +106,7 @@ class ModernExchange:
         rpc_id = message["id"]
         headers = _headers(scope)
         try:
-            credentials = self._gw.authenticate(scope)
+            credentials = self._desk.authenticate(scope)
         except AuthError as exc:
             await send_unauthorized(send, scope, exc.reason, exc.error, rpc_id)
             return
@@ -92,7 +134,7 @@ class ModernExchange:
             except mcp_modern.ModernRejection as exc:
                 await send_rpc_error(send, exc.status, exc.code, exc.message, rpc_id, data=exc.data)
                 return
-        await self._door._request(
+        await run(
             scope,
             receive,
             send,
@@ -106,7 +148,7 @@ class ModernExchange:
     def _session(self, view: View, credentials: Credentials, envelope: mcp_modern.Envelope) -> ClientSession:
         """A session for this one exchange: the client's envelope stands in for initialize."""
         session = ClientSession(
-            secrets.token_urlsafe(12), TRANSPORT, view, self._gw.principal_of(credentials), self._gw.config.limits
+            secrets.token_urlsafe(12), TRANSPORT, view, self._desk.principal_of(credentials), self._limits
         )
         session.credentials = credentials
         session.protocol_version = envelope.version
@@ -124,7 +166,7 @@ class ModernExchange:
         return http_status_of(response, modern=True), response
 
     def discover(self, view: View) -> dict[str, Any]:
-        identity = self._gw.server_identity(view)
+        identity = self._identity(view)
         result: dict[str, Any] = {
             "supportedVersions": list(mcp_modern.MODERN_VERSIONS),
             "capabilities": identity["capabilities"],
@@ -139,7 +181,7 @@ class ModernExchange:
 
     async def _check_param_headers(self, view: View, headers: dict[str, str], message: dict[str, Any]) -> None:
         params = message.get("params") or {}
-        merged = view.merged.get("tools") or await self._gw.catalog.merged(view, "tools")
+        merged = view.merged.get("tools") or await self._catalog.merged(view, "tools")
         name = params.get("name")  # check_headers made it a string equal to Mcp-Name
         tool = merged.by_key.get(name) if isinstance(name, str) else None
         schema = tool.get("inputSchema") if tool is not None else None
@@ -161,7 +203,7 @@ class ModernExchange:
         subscription id (the listen request's id). It replaces the legacy GET stream and
         resources/subscribe."""
         rpc_id = message["id"]
-        listener = self._gw.open_session(LISTEN_TRANSPORT, view, credentials)
+        listener = self._desk.open_session(LISTEN_TRANSPORT, view, credentials)
         listener.protocol_version = envelope.version
         listener.client_capabilities = envelope.capabilities
         listener.initialized = True
@@ -169,7 +211,7 @@ class ModernExchange:
         try:
             grant = await self._listen_admission.admit(listener, listener.principal, message)
         except jsonrpc.RpcError as exc:
-            self._gw.sessions.end(listener)
+            self._sessions.end(listener)
             await send_rpc_error(
                 send, errors.http_status(exc.code, modern=True), exc.code, exc.message, rpc_id, data=exc.data
             )
@@ -197,7 +239,7 @@ class ModernExchange:
             while True:
                 reader = asyncio.ensure_future(channel.read(after))
                 done, _ = await asyncio.wait(
-                    {reader, gone}, timeout=self._gw.config.limits.sse_keepalive_s, return_when=asyncio.FIRST_COMPLETED
+                    {reader, gone}, timeout=self._limits.sse_keepalive_s, return_when=asyncio.FIRST_COMPLETED
                 )
                 if reader not in done:
                     reader.cancel()
@@ -209,6 +251,8 @@ class ModernExchange:
                     continue
                 batch = reader.result()
                 if not batch:
+                    # The listener ended on the gateway's side (shutdown ends every session): end the response.
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
                     return
                 after = batch[-1][0]
                 events = []
@@ -227,4 +271,4 @@ class ModernExchange:
         finally:
             gone.cancel()
             channel.attached = False
-            self._gw.sessions.end(listener)
+            self._sessions.end(listener)

@@ -17,9 +17,12 @@ from gateway.transports.http_common import Scope, bearer_challenge
 from policies.auth import AuthError
 
 if TYPE_CHECKING:
-    from gateway.core import Gateway
+    from gateway.config import Limits
     from gateway.federation import View
-    from gateway.sessions import ClientSession
+    from gateway.metrics import Metrics
+    from gateway.routing import Router
+    from gateway.sessions import ClientSession, SessionStore
+    from gateway.transports.front_desk import FrontDesk
 
 log = logging.getLogger(__name__)
 
@@ -30,22 +33,34 @@ _TRY_AGAIN_LATER = 1013
 
 
 class WebSocketDoor:
-    def __init__(self, gateway: Gateway, view_of: Callable[[Scope], View | None]) -> None:
-        self._gw = gateway
+    def __init__(
+        self,
+        view_of: Callable[[Scope], View | None],
+        *,
+        desk: FrontDesk,
+        router: Router,
+        sessions: SessionStore,
+        limits: Limits,
+        metrics: Metrics,
+    ) -> None:
         self._view_of = view_of
-        self._limits = gateway.config.limits
+        self._desk = desk
+        self._router = router
+        self._sessions = sessions
+        self._limits = limits
+        self._metrics = metrics
 
     async def serve(self, ws: WebSocket) -> None:
         view = self._view_of(ws.scope)
         if view is None:
             await ws.close(code=_POLICY_VIOLATION, reason="No such server")
             return
-        refusal = self._gw.admit_session(TRANSPORT)
+        refusal = self._desk.admit_session(TRANSPORT)
         if not refusal.allowed:
             await ws.close(code=_TRY_AGAIN_LATER, reason=refusal.reason)
             return
         try:
-            credentials = self._gw.authenticate(ws.scope)
+            credentials = self._desk.authenticate(ws.scope)
         except AuthError as exc:
             # Refused before the upgrade: a real 401 where the server can send one, else a close.
             if "websocket.http.response" in ws.scope.get("extensions", {}):
@@ -62,7 +77,7 @@ class WebSocketDoor:
             return
         offered = ws.scope.get("subprotocols") or []
         await ws.accept(subprotocol="mcp" if "mcp" in offered else None)
-        session = self._gw.open_session(TRANSPORT, view, credentials)
+        session = self._desk.open_session(TRANSPORT, view, credentials)
         session.standalone.attached = True
         writer = asyncio.create_task(self._write(ws, session))
         tasks: set[asyncio.Task[None]] = set()
@@ -79,7 +94,7 @@ class WebSocketDoor:
                     break
                 if writer.done():
                     break
-                task = asyncio.create_task(handle_frame(self._gw, session, data))
+                task = asyncio.create_task(handle_frame(self._router, session, data))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
         except WebSocketDisconnect:
@@ -87,7 +102,7 @@ class WebSocketDoor:
         finally:
             for task in tasks:
                 task.cancel()
-            self._gw.sessions.end(session)
+            self._sessions.end(session)
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await writer
@@ -102,7 +117,7 @@ class WebSocketDoor:
         except (ChannelOverflow, asyncio.CancelledError) as exc:
             if not absorb_overflow(channel, exc):
                 raise
-            self._gw.metrics.dropped_clients.labels(TRANSPORT).inc()
+            self._metrics.dropped_clients.labels(TRANSPORT).inc()
             log.warning(
                 "WebSocket session %s dropped: the client stopped reading with more than %d messages behind",
                 session.id[:8],

@@ -80,6 +80,32 @@ async def test_close_refuses_pushes_but_drains_what_is_queued() -> None:
     assert await channel.read(2) == []
 
 
+async def test_finish_waits_for_an_owed_answer_which_is_the_last_message() -> None:
+    channel = Channel("c", 10, 10)
+    channel.attached = True
+    reader = asyncio.create_task(channel.read(0))
+    channel.owe_answer(8)
+    channel.finish()  # the request that owes the answer ended the session
+    assert not channel.closed
+    assert channel.push({"jsonrpc": "2.0", "method": "notifications/message"})  # not the answer
+    assert channel.push({"jsonrpc": "2.0", "id": 8, "result": None})
+    assert channel.closed
+    assert not channel.push(m(1))
+    assert seqs(await asyncio.wait_for(reader, 1)) == [1, 2]
+    assert await channel.read(2) == []
+
+
+async def test_finish_without_an_owed_answer_closes_at_once() -> None:
+    channel = Channel("c", 10, 10)
+    channel.owe_answer(1)
+    channel.push({"jsonrpc": "2.0", "id": 1, "result": {}})  # paid before the finish
+    channel.finish()
+    assert channel.closed
+    plain = Channel("d", 10, 10)
+    plain.finish()
+    assert plain.closed
+
+
 async def test_overflow_when_attached_raises_from_read() -> None:
     channel = Channel("c", max_pending=3, replay=10)
     channel.attached = True

@@ -387,14 +387,6 @@ async def test_the_drafts_exit_notification_ends_the_session_and_the_stream_task
     assert gateway.sessions.get(session_id) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: when the session ends on the gateway's side (the draft's exit; Gateway.stop() ends every "
-    "session) the SSE door returns without "
-    "a final http.response.body (more_body=False): uvicorn logs 'ASGI callable returned without completing "
-    "response' and cuts the connection mid-chunk instead of ending the stream cleanly",
-)
 async def test_a_stream_ended_by_the_gateway_completes_its_response(
     setup: tuple[Any, Gateway, httpx.AsyncClient],
 ) -> None:
@@ -408,12 +400,6 @@ async def test_a_stream_ended_by_the_gateway_completes_its_response(
     assert stream.ended.is_set(), "the response body was never ended"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: the router answers an exit *request* but ends the session first, so the answer is pushed "
-    "onto the closed session stream and never reaches the SSE client",
-)
 async def test_the_drafts_exit_request_is_answered_on_the_stream(
     setup: tuple[Any, Gateway, httpx.AsyncClient],
 ) -> None:

@@ -634,13 +634,6 @@ async def test_a_client_that_closes_its_stream_cancels_the_call_upstream(
     assert b'"id":"long"' not in held.raw, "nobody is left to answer"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: when the listener's session ends on the gateway's side (shutdown ends every session) the "
-    "listen stream returns without a final http.response.body (more_body=False): uvicorn logs 'ASGI "
-    "callable returned without completing response' and cuts the connection instead of ending the stream",
-)
 async def test_a_listen_stream_ended_by_the_gateway_completes_its_response(
     door_and_gateway: tuple[httpx.AsyncClient, Gateway],
 ) -> None:

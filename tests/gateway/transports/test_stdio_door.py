@@ -37,6 +37,16 @@ INIT = rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 
 
+def door(gw: Gateway) -> stdio.StdioDoor:
+    return stdio.StdioDoor(
+        open_session=gw.open_session,
+        router=gw.router,
+        sessions=gw.sessions,
+        limits=gw.config.limits,
+        metrics=gw.metrics,
+    )
+
+
 class Host:
     """The host's end of the pipes: lines in, lines out, and the serving task."""
 
@@ -53,7 +63,7 @@ class Host:
     def start(self) -> Host:
         gw = self.gateway
         self.task = asyncio.create_task(
-            stdio.serve(gw, gw.federated, Credentials("anonymous", "anonymous"), self.reader, self._send)
+            door(gw).serve(gw.federated, Credentials("anonymous", "anonymous"), self.reader, self._send)
         )
         HOSTS.append(self)
         return self
@@ -278,12 +288,6 @@ async def test_after_the_drafts_exit_the_session_is_gone_and_the_next_line_ends_
     assert host.drained() == [], "nothing is answered after exit"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TimeoutError,
-    reason="bug: serve() only notices that the session ended (the draft's exit) when the next line or EOF "
-    "arrives, so `switchboard stdio` keeps running after exit while the host keeps stdin open",
-)
 async def test_the_drafts_exit_alone_ends_serving(gateway: Gateway) -> None:
     host = Host(gateway).start()
     await host.initialize()
@@ -293,12 +297,6 @@ async def test_the_drafts_exit_alone_ends_serving(gateway: Gateway) -> None:
         await host.task
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: the router answers an exit *request* but ends the session first; stdio pushes the answer "
-    "onto the closed session stream and it is never written",
-)
 async def test_the_drafts_exit_request_is_answered(gateway: Gateway) -> None:
     host = Host(gateway).start()
     await host.initialize()
@@ -317,7 +315,7 @@ async def test_a_host_that_stops_reading_is_cut_off_not_buffered_forever(gateway
 
     reader = asyncio.StreamReader()
     task = asyncio.create_task(
-        stdio.serve(gateway, gateway.federated, Credentials("anonymous", "anonymous"), reader, stuck_send)
+        door(gateway).serve(gateway.federated, Credentials("anonymous", "anonymous"), reader, stuck_send)
     )
     queue = gateway.config.limits.session_queue
     try:
@@ -357,7 +355,7 @@ async def test_the_sessions_credentials_decide_what_it_may_call() -> None:
         async def send(text: str) -> None:
             sent.put_nowait(text)
 
-        task = asyncio.create_task(stdio.serve(gw, gw.single["demo"], Credentials("static", "carol"), reader, send))
+        task = asyncio.create_task(door(gw).serve(gw.single["demo"], Credentials("static", "carol"), reader, send))
         reader.feed_data(line(INIT) + line(INITIALIZED))
         reader.feed_data(line(rpc("resources/read", {"uri": "demo://readme"}, "r")))
         reader.feed_data(line(rpc("tools/call", {"name": "echo", "arguments": {"text": "hi"}}, "t")))

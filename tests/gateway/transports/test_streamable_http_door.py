@@ -186,3 +186,73 @@ async def test_calls_beyond_the_in_flight_limit_are_refused_and_the_running_one_
         assert "limit 1" in refused.json()["error"]["message"]
         finished = await slow
         assert finished.status_code == 200 and '"id":7' in finished.text.replace(" ", "")
+
+
+async def test_the_drafts_exit_request_is_answered_and_ends_the_session(open_door: httpx.AsyncClient) -> None:
+    headers = await session(open_door)
+    answer = await open_door.post("/mcp", headers=headers, json={"jsonrpc": "2.0", "id": 8, "method": "exit"})
+    assert answer.status_code == 200 and answer.json() == {"jsonrpc": "2.0", "id": 8, "result": None}
+    assert (await open_door.post("/mcp", headers=headers, json=rpc("ping"))).status_code == 404
+    headers = await session(open_door)
+    batch = [rpc("ping", rpc_id=1), {"jsonrpc": "2.0", "id": 2, "method": "exit"}]
+    answered = await open_door.post("/mcp", headers=headers, json=batch)
+    assert sorted(a["id"] for a in answered.json()) == [1, 2]
+    assert (await open_door.post("/mcp", headers=headers, json=rpc("ping"))).status_code == 404
+
+
+async def test_a_get_stream_ended_by_the_gateway_completes_its_response() -> None:
+    """Shutdown ends every session: the standalone stream ends its response (more_body=False), as
+    an ASGI server requires, instead of returning mid-body. Driven by hand: httpx buffers a GET."""
+    cfg = Config.model_validate({"backends": {"demo": {"transport": "builtin"}}})
+    gateway = Gateway(cfg)
+    app = build_app(cfg, gateway)
+    await gateway.start()
+    gone = asyncio.Event()
+    try:
+        assert await gateway.connections["demo"].wait_ready(10)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE) as client:
+            headers = await session(client)
+        sent: list[dict[str, Any]] = []
+        opened = asyncio.Event()
+
+        async def receive() -> dict[str, Any]:
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+            if message["type"] == "http.response.body":
+                opened.set()
+
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": "/mcp",
+            "raw_path": b"/mcp",
+            "query_string": b"",
+            "root_path": "",
+            "headers": [
+                (b"host", b"127.0.0.1:8787"),
+                (b"accept", b"text/event-stream"),
+                (b"mcp-session-id", headers["mcp-session-id"].encode()),
+                (b"mcp-protocol-version", b"2025-11-25"),
+            ],
+            "client": ("127.0.0.1", 40000),
+            "server": ("127.0.0.1", 8787),
+        }
+        task = asyncio.create_task(app(scope, receive, send))
+        async with asyncio.timeout(5):
+            await opened.wait()
+        assert sent[0]["status"] == 200
+        [held] = [s for s in gateway.sessions if s.id == headers["mcp-session-id"]]
+        gateway.sessions.end(held)  # what Gateway.stop() does to every session
+        async with asyncio.timeout(5):
+            await task
+        last = sent[-1]
+        assert last["type"] == "http.response.body" and not last.get("more_body", False), "the body was never ended"
+    finally:
+        gone.set()
+        await gateway.stop()

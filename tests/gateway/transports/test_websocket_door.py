@@ -356,12 +356,6 @@ async def test_the_drafts_exit_notification_ends_the_session_and_closes_the_sock
     assert len(gateway.sessions) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: the router answers an exit *request* (routing test) but ends the session first, so the "
-    "framed doors push the answer onto a closed channel and it is lost; the socket just closes",
-)
 async def test_the_drafts_exit_request_is_answered_before_the_socket_closes(setup: tuple[Any, Gateway]) -> None:
     app, _ = setup
     socket = await connected(app)
