@@ -9,7 +9,6 @@ from functools import partial
 from typing import Any
 
 from adapters import mcpl
-from adapters.mcp import LEGACY_VERSIONS
 from gateway import __version__
 from gateway.audit import AuditLog
 from gateway.bus import Bus, make_bus
@@ -61,7 +60,6 @@ class Gateway:
         self.config = config
         self.metrics = Metrics()
         self.bus = bus or make_bus(config.bus.kind, config.bus.url, config.bus.prefix)
-        self.legacy_versions = LEGACY_VERSIONS
         self.audit = AuditLog(config.audit, self.metrics)
         self.pins = PinStore(config.pinning.mode, self.bus, self.audit, self.metrics)
         self.chain = PolicyChain(
