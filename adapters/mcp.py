@@ -13,6 +13,10 @@ from gateway.events import Dialect, Event, Kind
 
 LEGACY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST_LEGACY = LEGACY_VERSIONS[-1]
+# From 2025-11-25 on, a server opens each SSE stream with a priming event (an id and an empty data
+# field, SEP-1699), so that a client can resume a stream that broke before its first message;
+# older clients do not understand an event without data.
+PRIMES_SSE_FROM = "2025-11-25"
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 # Which client capability a server's request to the client needs.
 CLIENT_CAPABILITY_OF = {

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from adapters.mcp import LEGACY_VERSIONS
+from adapters.mcp import LEGACY_VERSIONS, PRIMES_SSE_FROM
 from adapters.mcp_modern import looks_modern
 from gateway import jsonrpc, sse
 from gateway.channels import Channel, ChannelOverflow, absorb_overflow, guarded_write
@@ -51,8 +51,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TRANSPORT = "streamable_http"
-# Versions that understand an SSE event with an empty data field (the priming event of SEP-1699).
-_PRIMING_FROM = "2025-11-25"
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
     (b"cache-control", b"no-cache, no-transform"),
@@ -352,7 +350,7 @@ class StreamableHttpDoor:
         watch = gone if gone is not None else asyncio.create_task(wait_disconnect(receive))
         try:
             await send({"type": "http.response.start", "status": 200, "headers": _sse_headers(extra)})
-            if session.codec.resumable_streams and (session.protocol_version or "") >= _PRIMING_FROM:
+            if session.codec.resumable_streams and (session.protocol_version or "") >= PRIMES_SSE_FROM:
                 prime = sse.encode(b"", id=f"{channel.id}-0")
                 await send({"type": "http.response.body", "body": prime, "more_body": True})
             await self._stream(scope, send, session, channel, 0, None, watch)
@@ -445,7 +443,7 @@ class StreamableHttpDoor:
         gone = asyncio.create_task(wait_disconnect(receive))
         try:
             await send({"type": "http.response.start", "status": 200, "headers": _sse_headers([])})
-            if not last_event_id and (session.protocol_version or "") >= _PRIMING_FROM:
+            if not last_event_id and (session.protocol_version or "") >= PRIMES_SSE_FROM:
                 prime = sse.encode(b"", id=f"{channel.id}-{after}")
                 await send({"type": "http.response.body", "body": prime, "more_body": True})
             else:
