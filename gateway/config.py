@@ -331,8 +331,8 @@ class Mcpl(_Model):
         256,
         ge=1,
         description="MCPL requests (push/event, inference/request, scope/elevate...) of one backend the gateway "
-        "answers at once; more are refused at once with -32094, never queued. A bound on the gateway's own "
-        "resources (each may wait on a host), like limits.max_inflight_per_session, not a policy decision.",
+        "answers at once; more are refused at once with -32094, never queued (each may wait on a host). "
+        "Applies live on reload.",
     )
     routing: dict[str, dict[str, dict[str, Any]]] = Field(
         default_factory=dict,

@@ -104,6 +104,7 @@ class Gateway:
             audit=self.audit,
             metrics=self.metrics,
             bus=self.bus,
+            load=self.load,
         )
         self.catalog = Catalog(self.connections, self.catalogs, self.pins, self.chain, self.metrics, config)
         self.subscriptions = Subscriptions(self.connections, self.sessions)

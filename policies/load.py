@@ -1,4 +1,5 @@
-"""Load limits as decisions: how many sessions a replica holds, how many calls a session runs at once.
+"""Load limits as decisions: how many sessions a replica holds, how many calls a session runs at once,
+how many MCPL requests of one backend the gateway answers at once.
 
 They bound resources, but refusing is a decision like any other: it has a typed outcome
 (``Outcome.OVERLOADED``), a reason, a code from the one error table, and it is audited. The
@@ -6,7 +7,8 @@ gateway counts (sessions open, a session's calls in flight) and hands the count 
 a fact; the policy alone decides.
 
 Invariants: a replica never opens a session beyond ``limits.max_sessions``; a session never has
-more than ``limits.max_inflight_per_session`` calls forwarded at once; a refusal costs no backend
+more than ``limits.max_inflight_per_session`` calls forwarded at once; a backend never has more than
+``mcpl.max_serving_per_backend`` MCPL requests being answered; a refusal costs no backend
 work and leaves what is already running untouched.
 """
 
@@ -32,6 +34,20 @@ class LoadPolicy:
             self.name,
             errors.INTERNAL_ERROR,
             "Too many sessions",
+            outcome=Outcome.OVERLOADED,
+        )
+
+    def answer_backend(self, serving: int, limit: int) -> Decision:
+        """Whether the gateway takes on one more MCPL request of a backend while it answers
+        ``serving`` of them (``mcpl.max_serving_per_backend``, passed in: it reloads live). Each may
+        wait on a host for a while, so a flooding backend is refused at once, never queued."""
+        if serving < limit:
+            return ALLOW
+        return Decision(
+            False,
+            self.name,
+            errors.SESSION_OVERLOADED,
+            f"too many MCPL requests from this backend in flight (limit {limit})",
             outcome=Outcome.OVERLOADED,
         )
 

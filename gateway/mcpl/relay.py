@@ -34,6 +34,7 @@ from gateway.metrics import Metrics
 from gateway.sessions import ClientSession
 from policies.auth import PrincipalRegistry
 from policies.chain import PolicyChain
+from policies.load import LoadPolicy
 from policies.scopes import SCOPES_POLICY, ScopedCallFacts, ScopeRules, merge_for_backend, to_wire
 
 if TYPE_CHECKING:
@@ -66,8 +67,10 @@ class McplRelay:
         audit: AuditLog,
         metrics: Metrics,
         bus: Bus,
+        load: LoadPolicy,
     ) -> None:
         state = self._state = RelayState(config)
+        self._load = load
         self._connections = connections
         self._dir = McplDirectory(state, sessions, principals)
         self._peers = Peers(state, connections)
@@ -362,14 +365,12 @@ class McplRelay:
         method = message.get("method")
         if method not in mcpl.SERVER_REQUESTS:
             return False
-        serving, limit = self._state.serving, self._state.config.max_serving_per_backend
-        if serving[conn.name] >= limit:
-            # A resource bound, not a policy decision: see ``Mcpl.max_serving_per_backend``. Each of
-            # these may wait on a host for a while, so a flooding backend is refused, never queued;
-            # counted here, synchronously, as each request is read.
-            reason = f"too many MCPL requests from this backend in flight (limit {limit})"
-            self._audit("refused", None, conn.name, str(method), reason=reason)
-            conn.spawn(conn.send(jsonrpc.error(message.get("id"), jsonrpc.SESSION_OVERLOADED, reason)))
+        serving = self._state.serving
+        # Counted here, synchronously, as each request is read; the decision is policies/load.py's.
+        load = self._load.answer_backend(serving[conn.name], self._state.config.max_serving_per_backend)
+        if not load.allowed:
+            self._audit(load.outcome, None, conn.name, str(method), reason=load.reason)
+            conn.spawn(conn.send(jsonrpc.error(message.get("id"), load.code, load.reason)))
             return True
         serving[conn.name] += 1
         conn.spawn(self._answer(conn, message, owner))

@@ -26,3 +26,15 @@ def test_a_call_is_forwarded_only_below_the_in_flight_limit() -> None:
     refused = load.forward_call(3)
     assert not refused.allowed and refused.outcome is Outcome.OVERLOADED
     assert refused.code == errors.SESSION_OVERLOADED and "limit 3" in refused.reason
+
+
+def test_a_backend_gets_only_as_many_mcpl_requests_answered_as_the_live_limit_allows() -> None:
+    load = LoadPolicy(max_sessions=10, max_inflight_per_session=10)
+    assert load.answer_backend(1, limit=2).allowed
+    refused = load.answer_backend(2, limit=2)
+    assert not refused.allowed and refused.outcome is Outcome.OVERLOADED
+    assert (refused.code, refused.reason) == (
+        errors.SESSION_OVERLOADED,
+        "too many MCPL requests from this backend in flight (limit 2)",
+    )
+    assert load.answer_backend(2, limit=3).allowed, "the limit is the caller's: it reloads live"

@@ -1,4 +1,5 @@
-"""The relay's own bound on what one backend may have it answer at once (``mcpl.max_serving_per_backend``)."""
+"""The bound on what one backend may have the relay answer at once (``mcpl.max_serving_per_backend``),
+decided by policies/load.py."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from gateway.mcpl import McplRelay
 from gateway.metrics import Metrics
 from policies.auth import PrincipalRegistry
 from policies.chain import PolicyChain
+from policies.load import LoadPolicy
 
 
 class _Conn:
@@ -41,6 +43,7 @@ def _relay(config: Mcpl) -> McplRelay:
         audit=AuditLog(AuditConfig(), metrics),
         metrics=metrics,
         bus=MemoryBus(),
+        load=LoadPolicy(max_sessions=10, max_inflight_per_session=10),
     )
 
 
