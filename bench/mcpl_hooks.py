@@ -28,17 +28,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.e2e.mcpl_host import McplHost
-from tests.support import PROJECT_ROOT, run_gateway
+from tests.support import run_gateway, stdio_backend
 
 
 def backend(name: str) -> dict[str, Any]:
-    return {
-        "transport": "stdio",
-        "command": sys.executable,
-        "args": ["-m", "tests.e2e.backends.mcpl_server", "--role", "memory", "--name", name],
-        "cwd": str(PROJECT_ROOT),
-        "required": True,
-    }
+    return stdio_backend("tests.e2e.backends.mcpl_server", "--role", "memory", "--name", name, required=True)
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -107,7 +101,7 @@ def main() -> None:
         names = [f"mem{i}" for i in range(count)]
         config = {"backends": {n: backend(n) for n in names}, "log_level": "warning"}
         with run_gateway(config) as gateway:
-            url = gateway.url.replace("http://", "ws://") + "/mcp/ws"
+            url = gateway.ws()
             for label, row in asyncio.run(measure(url, names, args.calls)):
                 print(f"| {count} | {label} | {row['per_s']:,.0f} | {row['p50']:.2f} | {row['p99']:.2f} |", flush=True)
 

@@ -20,14 +20,10 @@ from gateway import jsonrpc
 from gateway.config import Config
 from gateway.core import Gateway
 from policies.auth import Credentials
+from tests.support import initialize_request
 
 CALL = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hi"}}}
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}},
-}
+INIT = initialize_request(0, client="bench")
 
 
 async def measure(calls: int, samples: int, warmup: int) -> list[float]:

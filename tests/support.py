@@ -1,55 +1,106 @@
-"""Helpers every test package shares: free ports, real processes, a gateway started from a config."""
+"""Helpers every test package shares: free ports, real processes, a gateway started from a config.
+
+Ports and processes come from tools/procs.py (the benchmarks use them too) and are re-exported here.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import contextlib
-import socket
+import hashlib
+import hmac
+import json
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import yaml
 
+from tools.procs import (
+    ProcessExited as ProcessExited,
+    free_port as free_port,
+    stop_process as stop_process,
+    wait_for_http as wait_for_http,
+    wait_for_port as wait_for_port,
+)
+
+if TYPE_CHECKING:
+    from gateway.config import Backend
+    from gateway.upstreams.connection import BackendConnection, CallOwner
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+CRASHY = PROJECT_ROOT / "tests" / "e2e" / "backends" / "crashy.py"
+
+LEGACY_VERSION = "2025-11-25"  # the initialize-handshake era's newest protocol version
+MODERN_VERSION = "2026-07-28"  # the stateless era: no initialize, the client speaks in each request's _meta
+# What a Streamable HTTP client sends with every POST.
+JSON_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (the OS picks it; tiny race until it is bound)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+def initialize_params(
+    version: str = LEGACY_VERSION, capabilities: dict[str, Any] | None = None, client: str = "t"
+) -> dict[str, Any]:
+    """The params of a legacy-era `initialize` from a client named `client`."""
+    return {
+        "protocolVersion": version,
+        "capabilities": capabilities or {},
+        "clientInfo": {"name": client, "version": "1"},
+    }
 
 
-def wait_for_port(host: str, port: int, timeout_s: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
-    """Blocks until host:port accepts TCP connections; fails fast if `proc` exits first."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited with code {proc.returncode} before listening on {host}:{port}")
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return
-        except OSError:
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"nothing accepted connections on {host}:{port} within {timeout_s}s") from None
-            time.sleep(0.05)
+def modern_meta(client: str = "t") -> dict[str, Any]:
+    """The `_meta` of a modern-era request from a client named `client` (no capabilities)."""
+    return {
+        "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": client, "version": "1"},
+    }
 
 
-def stop_process(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
-    """Terminates `proc` (SIGTERM, then SIGKILL after `grace_s`) and reaps it."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def modern_headers(method: str, name: str | None = None) -> dict[str, str]:
+    """The headers of a modern-era POST of `method` (and `name`, the tool, prompt or resource it is about)."""
+    headers = {**JSON_HEADERS, "mcp-protocol-version": MODERN_VERSION, "mcp-method": method}
+    if name:
+        headers["mcp-name"] = name
+    return headers
+
+
+def initialize_request(rpc_id: Any = 0, **params: Any) -> dict[str, Any]:
+    """A whole `initialize` request; `params` go to initialize_params."""
+    return {"jsonrpc": "2.0", "id": rpc_id, "method": "initialize", "params": initialize_params(**params)}
+
+
+def b64url(data: bytes) -> str:
+    """base64url without padding, as in JWTs."""
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def hs256_jwt(header: Any, claims: Any, secret: str) -> str:
+    """A JWT signed with HMAC-SHA256 under `secret`; `header` and `claims` are JSON-encoded unless bytes."""
+    head = b64url(header if isinstance(header, bytes) else json.dumps(header).encode())
+    body = b64url(claims if isinstance(claims, bytes) else json.dumps(claims).encode())
+    signature = hmac.new(secret.encode(), f"{head}.{body}".encode(), hashlib.sha256).digest()
+    return f"{head}.{body}.{b64url(signature)}"
+
+
+class PeerError(Exception):
+    """Raised by a test peer's handler (a backend or a host) to answer the request with a JSON-RPC error."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.data = code, message, data
+
+    def to_json(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
 
 
 @contextlib.contextmanager
@@ -69,6 +120,21 @@ def redis_server(binary: str = "redis-server") -> Iterator[tuple[str, subprocess
             stop_process(proc)
 
 
+@contextlib.contextmanager
+def http_server(argv: Callable[[int], list[str]], timeout_s: float = 20.0, path: str = "/mcp") -> Iterator[str]:
+    """Runs ``argv(port)``, a server that listens on 127.0.0.1:port, quietly from the project root on a free
+    port; yields its URL (``path`` appended) once the port accepts connections, and always stops it."""
+    port = free_port()
+    proc = subprocess.Popen(
+        argv(port), cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        wait_for_port("127.0.0.1", port, timeout_s, proc)
+        yield f"http://127.0.0.1:{port}{path}"
+    finally:
+        stop_process(proc)
+
+
 @dataclass
 class RunningGateway:
     url: str  # base URL, e.g. http://127.0.0.1:PORT
@@ -82,6 +148,10 @@ class RunningGateway:
 
     def server(self, name: str) -> str:
         return f"{self.url}/servers/{name}/mcp"
+
+    def ws(self, path: str = "/mcp/ws") -> str:
+        """The ws:// URL of `path` on this gateway."""
+        return self.url.replace("http://", "ws://", 1) + path
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -109,27 +179,128 @@ def run_gateway(
         )
     running = RunningGateway(f"http://127.0.0.1:{port}", proc, log_path, config_path)
     try:
-        wait_for_port("127.0.0.1", port, timeout_s, proc)
-        if wait_ready:
-            deadline = time.monotonic() + timeout_s
-            while True:
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"{running.url}/readyz", timeout=2).status_code == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"gateway not ready within {timeout_s}s\n{running.log()}")
-                time.sleep(0.05)
+        try:
+            wait_for_port("127.0.0.1", port, timeout_s, proc)
+            if wait_ready:
+                wait_for_http(f"{running.url}/readyz", timeout_s, proc)
+        except ProcessExited as exc:
+            raise ProcessExited(exc.returncode, f"the gateway was ready\n{running.log()}") from None
+        except TimeoutError as exc:
+            raise TimeoutError(f"gateway: {exc}\n{running.log()}") from None
         yield running
     finally:
         stop_process(proc)
 
 
-def fixture_stdio_backend(**extra: Any) -> dict[str, Any]:
-    """Config of the conformance fixture server spawned over stdio."""
+def stdio_backend(module: str, *args: str, **extra: Any) -> dict[str, Any]:
+    """Config of a backend spawned over stdio as ``python -m module args`` from the project root."""
     return {
         "transport": "stdio",
         "command": sys.executable,
-        "args": ["-m", "tests.conformance.fixture_server", "--stdio"],
+        "args": ["-m", module, *args],
         "cwd": str(PROJECT_ROOT),
         **extra,
     }
+
+
+def fixture_stdio_backend(*args: str, **extra: Any) -> dict[str, Any]:
+    """Config of the conformance fixture server spawned over stdio (`args` after ``--stdio``, e.g. ``--era``)."""
+    return stdio_backend("tests.conformance.fixture_server", "--stdio", *args, **extra)
+
+
+def crashy_backend(**extra: Any) -> dict[str, Any]:
+    """Config of tests/e2e/backends/crashy.py over stdio: a backend that crashes, hangs or lags on request."""
+    return {"transport": "stdio", "command": sys.executable, "args": [str(CRASHY)], **extra}
+
+
+def dynamic_backend(**extra: Any) -> dict[str, Any]:
+    """Config of tests/e2e/backends/dynamic.py (tools that appear, change and go) over stdio, required."""
+    return stdio_backend("tests.e2e.backends.dynamic", required=True, **extra)
+
+
+class QuietHandler:
+    """A BackendConnection handler that ignores what the backend says (for tests that watch the connection)."""
+
+    def on_connected(self, conn: BackendConnection) -> None: ...
+    def on_disconnected(self, conn: BackendConnection, reason: str) -> None: ...
+    def on_server_request(self, conn: BackendConnection, message: dict[str, Any], owner: CallOwner | None) -> None: ...
+    def on_notification(self, conn: BackendConnection, message: dict[str, Any]) -> None: ...
+
+
+async def ready_then_call(
+    name: str, config: Backend, method: str, params: dict[str, Any], ready_within_s: float = 20
+) -> tuple[BackendConnection, float, dict[str, Any]]:
+    """One backend spoken to directly, without a gateway process: waits until it is ready, makes one request,
+    closes. Returns (the connection, seconds until ready, the answer)."""
+    from gateway.config import Limits
+    from gateway.upstreams import make_carrier
+    from gateway.upstreams.connection import BackendConnection
+
+    client_info = {"name": "switchboard", "version": "0"}
+    conn = BackendConnection(name, config, lambda: make_carrier(name, config, Limits()), QuietHandler(), client_info)
+    started = time.monotonic()
+    await conn.start()
+    try:
+        assert await conn.wait_ready(ready_within_s), conn.last_error
+        elapsed = time.monotonic() - started
+        answer = await conn.request(method, params, timeout=10)
+    finally:
+        await conn.close()
+    return conn, elapsed, answer
+
+
+class LinePeer:
+    """The other end of a child process that speaks JSON lines on its stdin and stdout."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+
+    async def send(self, message: dict[str, Any] | bytes) -> None:
+        assert self.proc.stdin is not None
+        data = message if isinstance(message, bytes) else json.dumps(message).encode()
+        self.proc.stdin.write(data + b"\n")
+        await self.proc.stdin.drain()
+
+    async def recv(self, timeout: float = 15) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
+        assert line, "the child closed stdout"
+        message: dict[str, Any] = json.loads(line)
+        return message
+
+    async def until(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 15) -> dict[str, Any]:
+        """The first message `predicate` accepts (the ones before it are dropped)."""
+        while True:
+            message = await self.recv(timeout)
+            if predicate(message):
+                return message
+
+
+@contextlib.asynccontextmanager
+async def spawn_module(
+    module: str, *args: str, stderr: int | None = None, grace_s: float = 5.0
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``python -m module args`` from the project root with pipes on stdin and stdout (lines up to 16 MiB);
+    stopped afterwards: SIGTERM, then SIGKILL after `grace_s` (0: at once)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        module,
+        *args,
+        cwd=PROJECT_ROOT,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=stderr,
+        limit=16 * 1024 * 1024,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            if grace_s > 0:
+                proc.terminate()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(proc.wait(), grace_s)
+            if proc.returncode is None:
+                proc.kill()
+        await proc.wait()

@@ -28,15 +28,18 @@ from mcp.shared.subscriptions import ToolsListChanged
 
 from tests.conformance.conftest import FIXTURE_MODULE
 from tests.conformance.runner import PROJECT_ROOT, required_scenarios, run_conformance
+from tests.support import (
+    JSON_HEADERS as _LEGACY_HEADERS,
+    initialize_request,
+    modern_headers as _modern_headers,
+    modern_meta,
+)
 
 LEGACY_REQUIREMENTS = "2025-11-25"
 MODERN_REQUIREMENTS = "2026-07-28"
 SCORED_COUNT = {LEGACY_REQUIREMENTS: 30, MODERN_REQUIREMENTS: 37}
 URL_FIXTURE = {"dual": "fixture_backend_url", "legacy": "legacy_fixture_url", "modern": "modern_fixture_url"}
-META = {
-    "io.modelcontextprotocol/protocolVersion": MODERN_REQUIREMENTS,
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
+META = modern_meta("probe")
 # The codes that positively identify a 2026-07-28 server when it rejects a request.
 MODERN_REJECTION_CODES = {-32020, -32021, -32022}
 
@@ -85,22 +88,7 @@ def test_fixture_passes_server_requirements(
 # --------------------------------------------------------------------------------------
 
 
-def _modern_headers(method: str) -> dict[str, str]:
-    return {
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": MODERN_REQUIREMENTS,
-        "Mcp-Method": method,
-    }
-
-
-_LEGACY_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-_INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}},
-}
+_INITIALIZE = initialize_request(1, client="probe")
 _DISCOVER = {"jsonrpc": "2.0", "id": 2, "method": "server/discover", "params": {"_meta": META}}
 
 

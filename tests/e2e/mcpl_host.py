@@ -30,12 +30,13 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 from websockets.typing import Subprotocol
 
+from tests.support import PeerError, initialize_params
+
 log = logging.getLogger("mcpl_host")
 
 JsonObj = dict[str, Any]
 Handler = Callable[[JsonObj], Awaitable[JsonObj]]
 
-PROTOCOL_VERSION = "2025-11-25"
 
 # §5.2 host shape plus channels (§14.1).
 HOST_CAPABILITIES: JsonObj = {
@@ -50,18 +51,7 @@ HOST_CAPABILITIES: JsonObj = {
 CHUNK_DELTAS = ("Consolidated ", "memory ", "summary")
 
 
-class HostError(Exception):
-    """Raised by a handler to answer the server's request with a JSON-RPC error."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.code, self.message, self.data = code, message, data
-
-    def to_json(self) -> JsonObj:
-        error: JsonObj = {"code": self.code, "message": self.message}
-        if self.data is not None:
-            error["data"] = self.data
-        return error
+HostError = PeerError  # raised by a handler to answer the server's request with a JSON-RPC error
 
 
 class McplHost:
@@ -116,11 +106,7 @@ class McplHost:
                 capabilities["experimental"] = {"mcpl": copy.deepcopy(mcpl)}
             response = await host.request(
                 "initialize",
-                {
-                    "protocolVersion": PROTOCOL_VERSION,
-                    "capabilities": capabilities,
-                    "clientInfo": {"name": "mcpl-test-host", "version": "1"},
-                },
+                initialize_params(capabilities=capabilities, client="mcpl-test-host"),
             )
             if "error" in response:
                 raise AssertionError(f"initialize failed: {response['error']}")

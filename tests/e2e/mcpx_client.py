@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
-import hmac
 import json
 import time
 import uuid
@@ -14,22 +11,18 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from tests.support import hs256_jwt
+
 PROTOCOL = "mcpx/v0.1"
 SECRET = "mcpx-test-secret"
 ADMIN = "mcpx-admin-token"
 
 
 def mint(participant: str, topic: str, capabilities: list[str] | None = None, secret: str = SECRET) -> str:
-    def b64(data: bytes) -> str:
-        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
     claims: dict[str, Any] = {"participantId": participant, "topic": topic, "exp": time.time() + 600}
     if capabilities is not None:
         claims["capabilities"] = capabilities
-    head = b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
-    body = b64(json.dumps(claims).encode())
-    sig = hmac.new(secret.encode(), f"{head}.{body}".encode(), hashlib.sha256).digest()
-    return f"{head}.{body}.{b64(sig)}"
+    return hs256_jwt({"alg": "HS256", "typ": "JWT"}, claims, secret)
 
 
 def ws_url(base: str, topic: str, **query: str) -> str:

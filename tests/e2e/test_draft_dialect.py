@@ -46,7 +46,7 @@ class Wire:
 
 
 async def test_a_draft_client_session(gateway: RunningGateway) -> None:
-    url = gateway.url.replace("http://", "ws://") + "/mcp/ws"
+    url = gateway.ws()
     async with websockets.connect(url, subprotocols=["mcp"]) as ws:  # type: ignore[list-item]
         wire = Wire(ws)
         await wire.send(

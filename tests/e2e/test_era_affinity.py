@@ -8,7 +8,6 @@ session once, and its legacy clients are translated instead.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from collections.abc import Iterator
 
@@ -18,22 +17,15 @@ import pytest
 from mcp.client import Client, ClientRequestContext
 
 from tests.e2e.backends.era_split import NO_SAMPLING_HERE
-from tests.support import PROJECT_ROOT, RunningGateway, free_port, run_gateway, stop_process, wait_for_port
+from tests.support import RunningGateway, http_server, run_gateway
 
 pytestmark = [pytest.mark.timeout(120)]
 
 
 @pytest.fixture(scope="module")
 def era_split_url() -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.e2e.backends.era_split", str(port)], cwd=PROJECT_ROOT, stderr=subprocess.DEVNULL
-    )
-    try:
-        wait_for_port("127.0.0.1", port, 20, proc)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        stop_process(proc)
+    with http_server(lambda port: [sys.executable, "-m", "tests.e2e.backends.era_split", str(port)]) as url:
+        yield url
 
 
 def _config(split_url: str, modern_url: str, affinity: bool = True) -> dict[str, object]:

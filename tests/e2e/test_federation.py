@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 
 import mcp_types as types
 import pytest
 from mcp.client import Client
 from mcp.shared.exceptions import MCPError
 
-from tests.support import PROJECT_ROOT, run_gateway
+from tests.support import dynamic_backend, run_gateway
 
 pytestmark = [pytest.mark.timeout(60)]
 
-DYNAMIC = {
-    "transport": "stdio",
-    "command": sys.executable,
-    "args": ["-m", "tests.e2e.backends.dynamic"],
-    "cwd": str(PROJECT_ROOT),
-    "required": True,
-}
+DYNAMIC = dynamic_backend()
 
 
 async def test_list_changed_refreshes_the_merged_catalog_and_notifies_clients() -> None:

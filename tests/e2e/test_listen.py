@@ -12,26 +12,10 @@ import httpx
 import pytest
 
 from gateway.sse import SSEParser
-from tests.support import RunningGateway, run_gateway
+from tests.support import RunningGateway, modern_headers as _headers, modern_meta, run_gateway
 
 pytestmark = [pytest.mark.timeout(60)]
-META = {
-    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-    "io.modelcontextprotocol/clientCapabilities": {},
-    "io.modelcontextprotocol/clientInfo": {"name": "listener", "version": "1"},
-}
-
-
-def _headers(method: str, name: str | None = None) -> dict[str, str]:
-    headers = {
-        "content-type": "application/json",
-        "accept": "application/json, text/event-stream",
-        "mcp-protocol-version": "2026-07-28",
-        "mcp-method": method,
-    }
-    if name:
-        headers["mcp-name"] = name
-    return headers
+META = modern_meta("listener")
 
 
 async def _events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -22,23 +21,23 @@ import yaml
 from mcp.client import Client
 
 from tests.e2e.mcpl_host import McplHost
-from tests.support import PROJECT_ROOT, RunningGateway, free_port, run_gateway, stop_process, wait_for_port
+from tests.support import (
+    JSON_HEADERS,
+    RunningGateway,
+    http_server,
+    initialize_params,
+    initialize_request,
+    run_gateway,
+    stdio_backend,
+)
 
 
 def mcpl_backend(role: str, *args: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "transport": "stdio",
-        "command": sys.executable,
-        "args": ["-m", "tests.e2e.backends.mcpl_server", "--role", role, *args],
-        "cwd": str(PROJECT_ROOT),
-        "required": True,
-        **extra,
-    }
+    return stdio_backend("tests.e2e.backends.mcpl_server", "--role", role, *args, **{"required": True, **extra})
 
 
 def ws_url(gateway: RunningGateway, server: str | None = None) -> str:
-    base = gateway.url.replace("http://", "ws://")
-    return f"{base}/servers/{server}/mcp/ws" if server else f"{base}/mcp/ws"
+    return gateway.ws(f"/servers/{server}/mcp/ws" if server else "/mcp/ws")
 
 
 async def stats(host: McplHost, tool: str) -> dict[str, Any]:
@@ -537,28 +536,9 @@ async def test_every_decision_is_audited(gateway: RunningGateway) -> None:
 
 @pytest.fixture(scope="module")
 def http_memory() -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.e2e.backends.mcpl_server",
-            "--role",
-            "memory",
-            "--name",
-            "web",
-            "--http",
-            str(port),
-        ],
-        cwd=PROJECT_ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port("127.0.0.1", port, 20, proc)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        stop_process(proc)
+    argv = [sys.executable, "-m", "tests.e2e.backends.mcpl_server", "--role", "memory", "--name", "web", "--http"]
+    with http_server(lambda port: [*argv, str(port)]) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -726,17 +706,10 @@ async def test_http_host_is_asked_on_the_stream_of_its_own_call(gateway: Running
 
     from gateway.sse import iter_sse
 
-    headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {"experimental": {"mcpl": {"version": "0.4", "featureSets": True}}},
-            "clientInfo": {"name": "http-host", "version": "1"},
-        },
-    }
+    headers = dict(JSON_HEADERS)
+    init = initialize_request(
+        0, capabilities={"experimental": {"mcpl": {"version": "0.4", "featureSets": True}}}, client="http-host"
+    )
     url = gateway.server("files")
     async with httpx.AsyncClient(timeout=15) as http:
         opened = await http.post(url, json=init, headers=headers)
@@ -956,11 +929,7 @@ async def test_mcpl_host_over_legacy_http_sse(gateway: RunningGateway) -> None:
                     return json.loads(event.data)
 
         caps = {"experimental": {"mcpl": {"version": "0.4", "pushEvents": True, "featureSets": True}}}
-        init = {
-            "protocolVersion": "2025-11-25",
-            "capabilities": caps,
-            "clientInfo": {"name": "sse-host", "version": "1"},
-        }
+        init = initialize_params(capabilities=caps, client="sse-host")
         await post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init})
         assert "mcpl" in (await next_message())["result"]["capabilities"]["experimental"]
         await post({"jsonrpc": "2.0", "method": "notifications/initialized"})

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
@@ -21,13 +20,18 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
 from tests.e2e.mcpl_host import HOST_CAPABILITIES, McplHost
-from tests.support import PROJECT_ROOT, free_port, stop_process, wait_for_port
+from tests.support import (
+    JSON_HEADERS as HEADERS,
+    LEGACY_VERSION as VERSION,
+    LinePeer,
+    http_server,
+    initialize_params,
+    spawn_module,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
 SERVER_MODULE = "tests.e2e.backends.mcpl_server"
-VERSION = "2025-11-25"
-HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 MEMORY_MCPL = {
     "version": "0.4",
@@ -44,23 +48,10 @@ MEMORY_MCPL = {
 }
 
 
-class StdioServer:
+class StdioServer(LinePeer):
     """The MCPL server as a subprocess, spoken to line by line."""
 
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self.next_id = 0
-
-    async def send(self, message: dict[str, Any]) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
-        await self.proc.stdin.drain()
-
-    async def recv(self, timeout: float = 10) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
-        assert line, "server closed stdout"
-        return json.loads(line)
+    next_id = 0
 
     async def request(self, method: str, params: dict[str, Any] | None = None) -> int:
         self.next_id += 1
@@ -76,8 +67,7 @@ class StdioServer:
 
     async def initialize(self, mcpl: dict[str, Any] | None) -> dict[str, Any]:
         capabilities: dict[str, Any] = {"experimental": {"mcpl": mcpl}} if mcpl is not None else {}
-        params = {"protocolVersion": VERSION, "capabilities": capabilities, "clientInfo": {"name": "t"}}
-        response = await self.call("initialize", params)
+        response = await self.call("initialize", initialize_params(capabilities=capabilities))
         await self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return response["result"]
 
@@ -92,25 +82,8 @@ class StdioServer:
 
 @contextlib.asynccontextmanager
 async def stdio_server(*args: str) -> AsyncIterator[StdioServer]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        SERVER_MODULE,
-        *args,
-        cwd=PROJECT_ROOT,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    try:
+    async with spawn_module(SERVER_MODULE, *args) as proc:
         yield StdioServer(proc)
-    finally:
-        if proc.returncode is None:
-            proc.terminate()
-            try:
-                await asyncio.wait_for(proc.wait(), 5)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
 
 
 async def test_initialize_advertises_mcpl_only_to_mcpl_hosts() -> None:
@@ -204,12 +177,8 @@ class SseReader:
 
 
 async def test_http_files_role_push_over_the_get_stream() -> None:
-    port = free_port()
-    args = [sys.executable, "-m", SERVER_MODULE, "--role", "files", "--http", str(port)]
-    proc = await asyncio.to_thread(subprocess.Popen, args, cwd=PROJECT_ROOT)
-    url = f"http://127.0.0.1:{port}/mcp"
-    try:
-        await asyncio.to_thread(wait_for_port, "127.0.0.1", port, 20, proc)
+    argv = [sys.executable, "-m", SERVER_MODULE, "--role", "files", "--http"]
+    with http_server(lambda port: [*argv, str(port)]) as url:
         async with httpx.AsyncClient(timeout=15) as http:
             init = {
                 "jsonrpc": "2.0",
@@ -260,8 +229,6 @@ async def test_http_files_role_push_over_the_get_stream() -> None:
                     await stream
             assert (await http.delete(url, headers=with_session)).status_code == 200
             assert (await http.post(url, headers=with_session, json=ping)).status_code == 404
-    finally:
-        stop_process(proc)
 
 
 @contextlib.asynccontextmanager

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.e2e.mcpx_client import ADMIN, SECRET, Peer, mint, refused, tool_call
-from tests.support import RunningGateway, run_gateway
+from tests.support import RunningGateway, dynamic_backend, run_gateway
 
 pytestmark = [pytest.mark.timeout(90)]
 
@@ -496,20 +496,8 @@ async def test_unknown_recipients_are_reported_and_envelopes_counted(gateway: Ru
 
 
 async def test_a_bridged_backends_new_tools_are_announced() -> None:
-    import sys
-
-    from tests.support import PROJECT_ROOT
-
     cfg = config()
-    cfg["backends"] = {
-        "dyn": {
-            "transport": "stdio",
-            "command": sys.executable,
-            "args": ["-m", "tests.e2e.backends.dynamic"],
-            "cwd": str(PROJECT_ROOT),
-            "required": True,
-        }
-    }
+    cfg["backends"] = {"dyn": dynamic_backend()}
     cfg["mcpx"]["topics"] = {"lab": {"participants": ["dyn"]}}
     with run_gateway(cfg) as gw:
         wait_for_backend(gw, "lab", "dyn")

@@ -4,40 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support import PROJECT_ROOT, run_gateway
+from tests.support import modern_headers, modern_meta, run_gateway, stdio_backend
 
 pytestmark = [pytest.mark.timeout(60)]
-META = {
-    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
+META = modern_meta()
 
 
 async def test_closing_the_stream_cancels_the_call_at_a_legacy_backend(tmp_path: Path) -> None:
     method_log = tmp_path / "methods.jsonl"
-    backend = {
-        "transport": "stdio",
-        "command": sys.executable,
-        "args": ["-m", "tests.e2e.backends.crashy"],
-        "cwd": str(PROJECT_ROOT),
-        "env": {"CRASHY_METHOD_LOG": str(method_log)},
-        "required": True,
-    }
+    backend = stdio_backend("tests.e2e.backends.crashy", env={"CRASHY_METHOD_LOG": str(method_log)}, required=True)
     with run_gateway({"backends": {"slow": backend}}) as gw:
         body = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "hang", "_meta": META}}
-        headers = {
-            "content-type": "application/json",
-            "accept": "application/json, text/event-stream",
-            "mcp-protocol-version": "2026-07-28",
-            "mcp-method": "tools/call",
-            "mcp-name": "hang",
-        }
+        headers = modern_headers("tools/call", "hang")
         async with httpx.AsyncClient(timeout=10) as http:
             call = asyncio.create_task(http.post(gw.mcp, json=body, headers=headers))
             await asyncio.sleep(0.7)

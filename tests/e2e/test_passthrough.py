@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,23 +15,11 @@ import httpx
 import pytest
 import websockets
 
-from tests.support import PROJECT_ROOT, RunningGateway, run_gateway
+from tests.support import JSON_HEADERS as HEADERS, RunningGateway, dynamic_backend, initialize_request, run_gateway
 
 pytestmark = [pytest.mark.timeout(60)]
-DYNAMIC = {
-    "transport": "stdio",
-    "command": sys.executable,
-    "args": ["-m", "tests.e2e.backends.dynamic"],
-    "cwd": str(PROJECT_ROOT),
-    "required": True,
-}
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-}
-HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+DYNAMIC = dynamic_backend()
+INIT = initialize_request()
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +33,7 @@ async def _recv(ws: Any, timeout: float = 10) -> dict[str, Any]:
 
 
 async def test_unknown_methods_cross_both_ways_over_websocket(gateway: RunningGateway) -> None:
-    url = gateway.url.replace("http://", "ws://") + "/servers/dyn/mcp/ws"
+    url = gateway.ws("/servers/dyn/mcp/ws")
     async with websockets.connect(url, subprotocols=["mcp"]) as ws:  # type: ignore[list-item]
         await ws.send(json.dumps(INIT))
         assert (await _recv(ws))["result"]["serverInfo"]["name"] == "dynamic"

@@ -7,12 +7,8 @@ values; JWTs are minted here with the configured HS256 secret.
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
-import hmac
 import json
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -28,29 +24,27 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.support import PROJECT_ROOT, RunningGateway, free_port, run_gateway, stop_process, wait_for_port
+from tests.support import (
+    JSON_HEADERS,
+    RunningGateway,
+    dynamic_backend,
+    hs256_jwt,
+    http_server,
+    initialize_request,
+    modern_headers,
+    modern_meta,
+    run_gateway,
+)
 
 pytestmark = [pytest.mark.timeout(90)]
 
 SECRET = "jwt-test-secret"
 ADMIN = "admin-test-token"
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-}
-JSON_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+INIT = initialize_request(1)
 
 
 def mint(claims: dict[str, Any], secret: str = SECRET) -> str:
-    def b64(data: bytes) -> str:
-        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-    head = b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
-    body = b64(json.dumps(claims).encode())
-    sig = hmac.new(secret.encode(), f"{head}.{body}".encode(), hashlib.sha256).digest()
-    return f"{head}.{body}.{b64(sig)}"
+    return hs256_jwt({"alg": "HS256", "typ": "JWT"}, claims, secret)
 
 
 def claims(sub: str, **extra: Any) -> dict[str, Any]:
@@ -269,17 +263,12 @@ async def test_rate_limit_per_tool_with_retry_hint() -> None:
 
 
 async def test_client_token_is_never_forwarded_upstream() -> None:
-    port = free_port()
-    backend = subprocess.Popen(  # noqa: ASYNC220 - started once, before the loop has work
-        [sys.executable, "-m", "tests.e2e.backends.header_echo", str(port)], cwd=PROJECT_ROOT, stderr=subprocess.DEVNULL
-    )
-    try:
-        wait_for_port("127.0.0.1", port, 20, backend)
+    with http_server(lambda port: [sys.executable, "-m", "tests.e2e.backends.header_echo", str(port)]) as url:
         config = base_config(
             backends={
                 "echoed": {
                     "transport": "http",
-                    "url": f"http://127.0.0.1:{port}/mcp",
+                    "url": url,
                     "headers": {"Authorization": "Bearer backend-own-credential"},
                     "required": True,
                 }
@@ -288,8 +277,6 @@ async def test_client_token_is_never_forwarded_upstream() -> None:
         with run_gateway(config) as gw:
             async with client_for(gw, "alice-token") as client:
                 assert text(await client.call_tool("whoami", {})) == "Bearer backend-own-credential"
-    finally:
-        stop_process(backend)
 
 
 async def test_argument_validation_against_the_input_schema() -> None:
@@ -304,14 +291,9 @@ async def test_argument_validation_against_the_input_schema() -> None:
 
 async def test_a_changed_tool_definition_is_flagged_hidden_and_approved(tmp_path: Path) -> None:
     audit_file = tmp_path / "audit.jsonl"
-    dynamic = {
-        "transport": "stdio",
-        "command": sys.executable,
-        "args": ["-m", "tests.e2e.backends.dynamic"],
-        "cwd": str(PROJECT_ROOT),
-        "required": True,
-    }
-    config = base_config(backends={"dyn": dynamic}, pinning={"mode": "enforce"}, audit={"file": str(audit_file)})
+    config = base_config(
+        backends={"dyn": dynamic_backend()}, pinning={"mode": "enforce"}, audit={"file": str(audit_file)}
+    )
     with run_gateway(config) as gw:
         async with client_for(gw, "alice-token") as client:
             await client.call_tool("grow", {"name": "sprout"})
@@ -369,7 +351,7 @@ async def test_audit_records_denials_and_rate_limits(tmp_path: Path) -> None:
 async def test_every_front_door_authenticates(gateway: RunningGateway) -> None:
     import websockets
 
-    ws_url = gateway.url.replace("http://", "ws://") + "/mcp/ws"
+    ws_url = gateway.ws()
     with pytest.raises(websockets.InvalidStatus) as refused:
         async with websockets.connect(ws_url, subprotocols=["mcp"]):  # type: ignore[list-item]
             pass
@@ -390,13 +372,8 @@ async def test_every_front_door_authenticates(gateway: RunningGateway) -> None:
                 "jsonrpc": "2.0",
                 "id": 3,
                 "method": "tools/list",
-                "params": {
-                    "_meta": {
-                        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                        "io.modelcontextprotocol/clientCapabilities": {},
-                    }
-                },
+                "params": {"_meta": modern_meta()},
             },
-            headers={**JSON_HEADERS, "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/list"},
+            headers=modern_headers("tools/list"),
         )
         assert modern.status_code == 401

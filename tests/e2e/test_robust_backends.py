@@ -7,11 +7,11 @@ a plain-Python stdio MCP server that can die, hang, flood and misbehave on reque
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import signal
 import socket
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,23 +20,24 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import RunningGateway, free_port, run_gateway
+from tests.support import (
+    JSON_HEADERS as BASE_HEADERS,
+    LEGACY_VERSION as VERSION,
+    RunningGateway,
+    crashy_backend as crashy,
+    free_port,
+    initialize_request,
+    run_gateway,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
-VERSION = "2025-11-25"
-BASE_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-CRASHY = Path(__file__).resolve().parent / "backends" / "crashy.py"
 
 BACKEND_UNAVAILABLE = -32090
 BACKEND_TIMEOUT = -32091
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-
-
-def crashy(**extra: Any) -> dict[str, Any]:
-    return {"transport": "stdio", "command": sys.executable, "args": [str(CRASHY)], **extra}
 
 
 class Client:
@@ -49,12 +50,7 @@ class Client:
         response = self.http.post(
             url,
             headers=BASE_HEADERS,
-            json={
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {"protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "robust"}},
-            },
+            json=initialize_request(0, client="robust"),
         )
         assert response.status_code == 200, response.text
         self.session_id = response.headers["mcp-session-id"]
@@ -273,30 +269,38 @@ def _cancelled_ids(log_file: Path) -> list[Any]:
     return [m["params"]["requestId"] for m in received(log_file) if m["method"] == "notifications/cancelled"]
 
 
-def test_client_cancel_reaches_the_backend_and_ends_the_call(tmp_path: Path, clients: Callable[[str], Client]) -> None:
+@contextlib.contextmanager
+def _a_hanging_call(
+    tmp_path: Path, clients: Callable[[str], Client], rpc_id: str
+) -> Iterator[tuple[RunningGateway, Client, Callable[[], None]]]:
+    """A gateway and a client whose tools/call `rpc_id` hangs at the backend. Yields (gateway, client, ended):
+    `ended()` asserts that the backend was told to cancel it and that the client's POST got its answer."""
     log_file = tmp_path / "received.jsonl"
     config = {"backends": {"crashy": crashy(timeout_s=30, env={"CRASHY_METHOD_LOG": str(log_file)})}}
     with run_gateway(config) as gw, concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         client = clients(gw.mcp)
-        future, upstream_id = _hang_call_in_background(client, pool, log_file, "to-cancel")
+        future, upstream_id = _hang_call_in_background(client, pool, log_file, rpc_id)
+
+        def ended() -> None:
+            assert wait_for(lambda: upstream_id in _cancelled_ids(log_file), 3), received(log_file)
+            status, _body = future.result(timeout=3)  # the client's POST is not left hanging
+            assert status == 200
+
+        yield gw, client, ended
+
+
+def test_client_cancel_reaches_the_backend_and_ends_the_call(tmp_path: Path, clients: Callable[[str], Client]) -> None:
+    with _a_hanging_call(tmp_path, clients, "to-cancel") as (_gw, client, ended):
         note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "to-cancel"}}
         assert client.http.post(client.url, headers=client.headers, json=note).status_code == 202
-        assert wait_for(lambda: upstream_id in _cancelled_ids(log_file), 3), received(log_file)
-        status, _body = future.result(timeout=3)  # the client's POST is not left hanging
-        assert status == 200
+        ended()
         assert text_of(client.call_tool("ok")).startswith("ok")
 
 
 def test_deleting_a_session_cancels_its_calls_at_the_backend(tmp_path: Path, clients: Callable[[str], Client]) -> None:
-    log_file = tmp_path / "received.jsonl"
-    config = {"backends": {"crashy": crashy(timeout_s=30, env={"CRASHY_METHOD_LOG": str(log_file)})}}
-    with run_gateway(config) as gw, concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        client = clients(gw.mcp)
-        future, upstream_id = _hang_call_in_background(client, pool, log_file, "doomed")
+    with _a_hanging_call(tmp_path, clients, "doomed") as (gw, client, ended):
         assert client.http.delete(client.url, headers=client.headers).status_code in (200, 204)
-        assert wait_for(lambda: upstream_id in _cancelled_ids(log_file), 3), received(log_file)
-        status, _body = future.result(timeout=3)
-        assert status == 200
+        ended()
         # Another client is unaffected.
         assert text_of(clients(gw.mcp).call_tool("ok")).startswith("ok")
 

@@ -9,22 +9,24 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support import RunningGateway, run_gateway
+from tests.support import (
+    JSON_HEADERS as BASE_HEADERS,
+    LEGACY_VERSION as VERSION,
+    RunningGateway,
+    crashy_backend,
+    initialize_request,
+    run_gateway,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
-VERSION = "2025-11-25"
-BASE_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-CRASHY = Path(__file__).resolve().parent / "backends" / "crashy.py"
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -36,12 +38,7 @@ INVALID_PARAMS = -32602
 
 
 def _initialize_body(rpc_id: Any = 1) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": rpc_id,
-        "method": "initialize",
-        "params": {"protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "robust", "version": "1"}},
-    }
+    return initialize_request(rpc_id, client="robust")
 
 
 def open_session(client: httpx.Client, url: str) -> str:
@@ -527,7 +524,7 @@ def flood_gw() -> Iterator[RunningGateway]:
     config = {
         "backends": {
             "demo": {"transport": "builtin", "required": True},
-            "crashy": {"transport": "stdio", "command": sys.executable, "args": [str(CRASHY)], "required": True},
+            "crashy": crashy_backend(required=True),
         },
         "limits": {"session_queue": 16},
     }

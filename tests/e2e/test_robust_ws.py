@@ -13,31 +13,30 @@ import json
 import os
 import socket
 import struct
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from tests.support import RunningGateway, fixture_stdio_backend, run_gateway
+from tests.support import (
+    LEGACY_VERSION as VERSION,
+    RunningGateway,
+    crashy_backend,
+    fixture_stdio_backend,
+    initialize_request,
+    run_gateway,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
-VERSION = "2025-11-25"
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 TOO_BIG = 1009
 TRY_AGAIN_LATER = 1013
-CRASHY = Path(__file__).resolve().parent / "backends" / "crashy.py"
 STEP_S = 5.0  # the longest any single expected frame may take
-
-
-def ws_url(gw: RunningGateway, path: str = "/mcp/ws") -> str:
-    return gw.url.replace("http://", "ws://", 1) + path
 
 
 @pytest.fixture(scope="module")
@@ -80,16 +79,7 @@ async def send(ws: ClientConnection, message: Any) -> None:
 async def initialize(ws: ClientConnection, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
     await send(
         ws,
-        {
-            "jsonrpc": "2.0",
-            "id": "init",
-            "method": "initialize",
-            "params": {
-                "protocolVersion": VERSION,
-                "capabilities": capabilities or {},
-                "clientInfo": {"name": "robust-ws", "version": "1"},
-            },
-        },
+        initialize_request("init", capabilities=capabilities, client="robust-ws"),
     )
     answer, _ = await recv_response(ws, "init")
     assert answer["result"]["protocolVersion"] == VERSION, answer
@@ -104,7 +94,7 @@ async def ping(ws: ClientConnection, rpc_id: Any) -> None:
 
 
 def open_ws(gw: RunningGateway, path: str = "/mcp/ws") -> Any:
-    return connect(ws_url(gw, path), subprotocols=["mcp"], open_timeout=STEP_S, close_timeout=2)
+    return connect(gw.ws(path), subprotocols=["mcp"], open_timeout=STEP_S, close_timeout=2)
 
 
 # ---------------------------------------------------------------------------------------------- basics
@@ -382,14 +372,7 @@ class RawWs:
         return out
 
     def initialize(self) -> None:
-        self.send(
-            {
-                "jsonrpc": "2.0",
-                "id": "init",
-                "method": "initialize",
-                "params": {"protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "raw"}},
-            }
-        )
+        self.send(initialize_request("init", client="raw"))
         assert self.frames(STEP_S, until_id="init")[-1][0] == 0x1
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
@@ -400,9 +383,7 @@ class RawWs:
 @pytest.fixture(scope="module")
 def flood_gw() -> Iterator[RunningGateway]:
     config = {
-        "backends": {
-            "crashy": {"transport": "stdio", "command": sys.executable, "args": [str(CRASHY)], "required": True}
-        },
+        "backends": {"crashy": crashy_backend(required=True)},
         "limits": {"session_queue": 16},
     }
     with run_gateway(config) as running:

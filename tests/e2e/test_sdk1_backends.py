@@ -12,22 +12,18 @@ tests skip only when the package index is unreachable.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import mcp_types as types
 import pytest
 from mcp.client import Client
 
-from gateway.config import Backend, Limits
-from gateway.upstreams import make_carrier
-from gateway.upstreams.connection import BackendConnection, CallOwner
+from gateway.config import Backend
 from tests.e2e.sdk_peers import SDK1_6, SDK1_LATEST, SERVER_SCRIPT, PeerUnavailable, sdk_python
-from tests.support import PROJECT_ROOT, free_port, run_gateway, stop_process, wait_for_port
+from tests.support import PROJECT_ROOT, http_server, ready_then_call, run_gateway
 
 pytestmark = [
     pytest.mark.timeout(900),  # the first run builds two virtualenvs
@@ -57,41 +53,16 @@ def sdk16_python() -> Path:
 
 @pytest.fixture
 def sdk1_http_url(sdk1_python: Path) -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [str(sdk1_python), str(SERVER_SCRIPT), "http", str(port)],
-        cwd=PROJECT_ROOT,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port("127.0.0.1", port, 30, proc)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        stop_process(proc)
-
-
-class _Handler:
-    def on_connected(self, conn: BackendConnection) -> None: ...
-    def on_disconnected(self, conn: BackendConnection, reason: str) -> None: ...
-    def on_server_request(self, conn: BackendConnection, message: dict[str, Any], owner: CallOwner | None) -> None: ...
-    def on_notification(self, conn: BackendConnection, message: dict[str, Any]) -> None: ...
+    with http_server(lambda port: [str(sdk1_python), str(SERVER_SCRIPT), "http", str(port)], 30) as url:
+        yield url
 
 
 @pytest.mark.timeout(120)
 async def test_an_sdk1_http_server_that_refuses_the_probe_is_ready_at_once(sdk1_http_url: str) -> None:
     config = Backend(transport="http", url=sdk1_http_url)
-    client_info = {"name": "switchboard", "version": "0"}
-    conn = BackendConnection("sdk1", config, lambda: make_carrier("sdk1", config, Limits()), _Handler(), client_info)
-    started = time.monotonic()
-    await conn.start()
-    try:
-        assert await conn.wait_ready(20), conn.last_error
-        elapsed = time.monotonic() - started
-        answer = await conn.request("tools/call", {"name": "echo", "arguments": {"text": "hi"}}, timeout=10)
-    finally:
-        await conn.close()
+    conn, elapsed, answer = await ready_then_call(
+        "sdk1", config, "tools/call", {"name": "echo", "arguments": {"text": "hi"}}
+    )
     print(f"SDK 1.x HTTP backend ready after {elapsed:.2f}s")
     assert conn.era == "legacy"
     assert answer["result"]["content"][0]["text"] == "hi"

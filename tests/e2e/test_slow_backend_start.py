@@ -9,45 +9,33 @@ stream, and the next ``tools/list`` has its tools.
 from __future__ import annotations
 
 import json
-import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support import run_gateway
+from tests.support import (
+    JSON_HEADERS as HEADERS,
+    LEGACY_VERSION as VERSION,
+    crashy_backend,
+    initialize_request,
+    run_gateway,
+)
 
 pytestmark = pytest.mark.timeout(60)
-
-CRASHY = Path(__file__).resolve().parent / "backends" / "crashy.py"
-HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-VERSION = "2025-11-25"
 
 
 def test_initialize_answers_within_the_bound_and_the_late_backend_is_announced() -> None:
     config = {
         "backends": {
             "demo": {"transport": "builtin", "required": True},
-            "late": {
-                "transport": "stdio",
-                "command": sys.executable,
-                "args": [str(CRASHY)],
-                "env": {"CRASHY_START_DELAY_S": "4"},
-                "connect_timeout_s": 20,
-            },
+            "late": crashy_backend(env={"CRASHY_START_DELAY_S": "4"}, connect_timeout_s=20),
         },
         "limits": {"startup_wait_s": 0.5},
     }
     with run_gateway(config) as gw, httpx.Client(timeout=15) as http:
-        init = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {"protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-        }
         started = time.monotonic()
-        response = http.post(gw.mcp, headers=HEADERS, json=init)
+        response = http.post(gw.mcp, headers=HEADERS, json=initialize_request(1))
         assert response.status_code == 200 and time.monotonic() - started < 2.5, "initialize waited for the late one"
         session = {**HEADERS, "mcp-session-id": response.headers["mcp-session-id"], "mcp-protocol-version": VERSION}
         http.post(gw.mcp, headers=session, json={"jsonrpc": "2.0", "method": "notifications/initialized"})

@@ -16,14 +16,9 @@ from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
 from tests.e2e.test_mcpl_gateway import mcpl_backend
-from tests.support import PROJECT_ROOT
+from tests.support import PROJECT_ROOT, LinePeer, initialize_request, spawn_module
 
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-}
+INIT = initialize_request()
 
 
 def write_config(tmp_path: Path, config: dict[str, Any]) -> str:
@@ -32,51 +27,13 @@ def write_config(tmp_path: Path, config: dict[str, Any]) -> str:
     return str(path)
 
 
-class Peer:
-    """The client end of `switchboard stdio`: JSON lines over the child's pipes."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-
-    async def send(self, message: dict[str, Any] | bytes) -> None:
-        assert self.proc.stdin is not None
-        data = message if isinstance(message, bytes) else json.dumps(message).encode()
-        self.proc.stdin.write(data + b"\n")
-        await self.proc.stdin.drain()
-
-    async def recv(self, timeout: float = 15) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
-        assert line, "the gateway closed stdout"
-        return json.loads(line)
-
-    async def until(self, predicate: Any, timeout: float = 15) -> dict[str, Any]:
-        while True:
-            message = await self.recv(timeout)
-            if predicate(message):
-                return message
+Peer = LinePeer  # the client end of `switchboard stdio`: JSON lines over the child's pipes
 
 
 @asynccontextmanager
 async def spawn(*args: str) -> AsyncIterator[Peer]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gateway",
-        "stdio",
-        *args,
-        cwd=PROJECT_ROOT,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        limit=16 * 1024 * 1024,
-    )
-    try:
+    async with spawn_module("gateway", "stdio", *args, stderr=asyncio.subprocess.PIPE, grace_s=0) as proc:
         yield Peer(proc)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
 
 
 async def test_the_official_sdk_client_over_stdio() -> None:

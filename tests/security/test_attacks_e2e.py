@@ -8,10 +8,7 @@ the single-backend doors under ``/servers/NAME/``, and the HTTP APIs beside them
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
-import hmac
 import json
 import socket
 import time
@@ -25,21 +22,24 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.sync.client import connect
 
-from tests.support import RunningGateway, run_gateway
+from tests.support import (
+    JSON_HEADERS as BASE,
+    LEGACY_VERSION as LEGACY,
+    MODERN_VERSION as MODERN,
+    RunningGateway,
+    b64url as b64,
+    hs256_jwt,
+    initialize_request,
+    modern_meta,
+    run_gateway,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
-LEGACY = "2025-11-25"
-MODERN = "2026-07-28"
 SECRET = "attack-suite-secret"
 ADMIN = "attack-suite-admin"
 CAPABILITY_DENIED = -32093
-BASE = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-META = {
-    "io.modelcontextprotocol/protocolVersion": MODERN,
-    "io.modelcontextprotocol/clientCapabilities": {},
-    "io.modelcontextprotocol/clientInfo": {"name": "attacker", "version": "1"},
-}
+META = modern_meta("attacker")
 RSA_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 STEP_S = 10.0
 
@@ -47,14 +47,8 @@ STEP_S = 10.0
 # ---- tokens ------------------------------------------------------------------------------------
 
 
-def b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
 def jwt(claims: dict[str, Any], header: Any = None) -> str:
-    head = b64(header if isinstance(header, bytes) else json.dumps(header or {"alg": "HS256"}).encode())
-    body = b64(json.dumps({"aud": "switchboard", "exp": time.time() + 600, **claims}).encode())
-    return f"{head}.{body}.{b64(hmac.new(SECRET.encode(), f'{head}.{body}'.encode(), hashlib.sha256).digest())}"
+    return hs256_jwt(header or {"alg": "HS256"}, {"aud": "switchboard", "exp": time.time() + 600, **claims}, SECRET)
 
 
 def rs256_with_kid(kid: Any) -> str:
@@ -146,18 +140,12 @@ def null_allowed_gw() -> Iterator[RunningGateway]:
 # ---- clients -----------------------------------------------------------------------------------
 
 
-def ws_url(gw: RunningGateway, path: str) -> str:
-    return gw.url.replace("http://", "ws://", 1) + path
-
-
 def rpc(method: str, params: dict[str, Any] | None = None, rpc_id: Any = 1) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params or {}}
 
 
 def initialize() -> dict[str, Any]:
-    return rpc(
-        "initialize", {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "a", "version": "1"}}
-    )
+    return initialize_request(1, client="a")
 
 
 def auth(token: str | None) -> dict[str, str]:
@@ -244,7 +232,7 @@ def test_null_origin_is_refused_on_every_http_door(open_gw: RunningGateway, orig
 
 @pytest.mark.parametrize("path", ["/mcp/ws", "/servers/demo/mcp/ws", "/ws?topic=room"])
 def test_null_origin_cannot_open_a_websocket(open_gw: RunningGateway, path: str) -> None:
-    with refused_websocket(ws_url(open_gw, path), origin="null", subprotocols=["mcp"]):  # type: ignore[arg-type]
+    with refused_websocket(open_gw.ws(path), origin="null", subprotocols=["mcp"]):  # type: ignore[arg-type]
         pass
     assert_no_traceback(open_gw)
 
@@ -275,7 +263,7 @@ def test_a_loopback_origin_still_works_and_no_origin_still_works(open_gw: Runnin
     with httpx.Client(timeout=STEP_S) as http:
         assert http.post(open_gw.mcp, headers={**BASE, "origin": good}, json=initialize()).status_code == 200
         assert http.post(open_gw.mcp, headers=BASE, json=initialize()).status_code == 200
-    with connect(ws_url(open_gw, "/mcp/ws"), origin=good, subprotocols=["mcp"], open_timeout=STEP_S) as ws:  # type: ignore[arg-type]
+    with connect(open_gw.ws("/mcp/ws"), origin=good, subprotocols=["mcp"], open_timeout=STEP_S) as ws:  # type: ignore[arg-type]
         ws.send(json.dumps(initialize()))
         assert "result" in json.loads(ws.recv(timeout=STEP_S))
 
@@ -424,9 +412,7 @@ def test_a_principal_granted_one_tool_gets_exactly_that_tool(auth_gw: RunningGat
 def ws_exchange(gw: RunningGateway, token: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Send each message on /mcp/ws and return the answer to each, in order."""
     answers = []
-    with connect(
-        ws_url(gw, "/mcp/ws"), additional_headers=auth(token), subprotocols=["mcp"], open_timeout=STEP_S
-    ) as ws:  # type: ignore[arg-type]
+    with connect(gw.ws("/mcp/ws"), additional_headers=auth(token), subprotocols=["mcp"], open_timeout=STEP_S) as ws:  # type: ignore[arg-type]
         for message in messages:
             ws.send(json.dumps(message))
             while True:
@@ -451,7 +437,7 @@ def test_grammar_holds_on_the_websocket_door(auth_gw: RunningGateway) -> None:
 
 
 def test_grammar_holds_on_the_mcpx_socket(auth_gw: RunningGateway) -> None:
-    url = ws_url(auth_gw, "/ws?topic=room")
+    url = auth_gw.ws("/ws?topic=room")
     with connect(url, additional_headers=auth(READER), open_timeout=STEP_S) as ws:
         welcome = json.loads(ws.recv(timeout=STEP_S))
         assert welcome["kind"] == "system/welcome"
@@ -500,8 +486,8 @@ def test_malformed_jwt_is_a_401_on_every_http_door(auth_gw: RunningGateway, toke
 @pytest.mark.parametrize("token", [NESTED_HEADER_TOKEN, BAD_KID_TOKEN], ids=["nested-header", "kid-object"])
 @pytest.mark.parametrize("path", ["/mcp/ws", "/ws?topic=room"])
 def test_malformed_jwt_cannot_open_a_websocket(auth_gw: RunningGateway, token: str, path: str) -> None:
-    with refused_websocket(ws_url(auth_gw, path), additional_headers=auth(token), subprotocols=["mcp"]):  # type: ignore[arg-type]
+    with refused_websocket(auth_gw.ws(path), additional_headers=auth(token), subprotocols=["mcp"]):  # type: ignore[arg-type]
         pass
-    with refused_websocket(ws_url(auth_gw, f"/ws?topic=room&token={token}")):
+    with refused_websocket(auth_gw.ws(f"/ws?topic=room&token={token}")):
         pass
     assert_no_traceback(auth_gw)

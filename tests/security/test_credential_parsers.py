@@ -9,9 +9,6 @@ being ignored (an ignored ``capabilities`` string would have widened the grant).
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 import time
 from pathlib import Path
@@ -25,14 +22,11 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from gateway.config import Auth, Jwt, PrincipalConfig
 from policies.auth import Authenticator, AuthError, PrincipalRegistry, bearer_token
 from policies.jwt import JwtVerifier, TokenError, b64url_decode
+from tests.support import b64url as b64, hs256_jwt
 
 SECRET = "s3cret-for-tests"
 RSA_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 EC_KEY = ec.generate_private_key(ec.SECP256R1())
-
-
-def b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
 def b64int(value: int) -> str:
@@ -40,10 +34,10 @@ def b64int(value: int) -> str:
 
 
 def raw_token(header: Any, claims: Any, signature: bytes | None = None) -> str:
+    if signature is None:
+        return hs256_jwt(header, claims, SECRET)
     head = b64(header if isinstance(header, bytes) else json.dumps(header).encode())
     body = b64(claims if isinstance(claims, bytes) else json.dumps(claims).encode())
-    if signature is None:
-        signature = hmac.new(SECRET.encode(), f"{head}.{body}".encode(), hashlib.sha256).digest()
     return f"{head}.{body}.{b64(signature)}"
 
 

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from tests.support import PeerError
+
 log = logging.getLogger("mcpl_server")
 
 JsonObj = dict[str, Any]
@@ -43,18 +45,7 @@ ROLES = ("memory", "compliance", "notes", "files", "channels")
 SECRET_PATTERN = re.compile(r"sk-[A-Za-z0-9]+")
 
 
-class RpcError(Exception):
-    """Raised inside a handler to answer the request with a JSON-RPC error."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.code, self.message, self.data = code, message, data
-
-    def to_json(self) -> JsonObj:
-        error: JsonObj = {"code": self.code, "message": self.message}
-        if self.data is not None:
-            error["data"] = self.data
-        return error
+RpcError = PeerError  # raised inside a handler to answer the request with a JSON-RPC error
 
 
 @dataclass

@@ -18,6 +18,7 @@ from gateway.sessions import ClientSession
 from policies.auth import Credentials
 from policies.patterns import CapabilitySet
 from policies.principal import Principal
+from tests.support import initialize_request
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -29,7 +30,7 @@ def rpc(method: str, params: dict[str, Any] | None = None, rpc_id: Any = 1) -> d
     return {"jsonrpc": "2.0", "id": rpc_id, "method": method, **({"params": params} if params is not None else {})}
 
 
-INIT = rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t"}}, 0)
+INIT = initialize_request(0)
 
 
 @pytest.fixture

@@ -82,14 +82,13 @@ class SseSession:
 # ---------------------------------------------------------------------------------------------- WebSocket /mcp/ws
 
 
-def ws_url(gw: RunningGateway, path: str) -> str:
-    return gw.url.replace("http://", "ws://", 1) + path
-
-
-def open_ws(gw: RunningGateway, path: str = "/mcp/ws", headers: dict[str, str] | None = None) -> ClientConnection:
+def open_ws(
+    gw: RunningGateway, path: str = "/mcp/ws", headers: dict[str, str] | None = None, subprotocol: str | None = "mcp"
+) -> ClientConnection:
+    """A WebSocket to `path` with the fuzz suite's settings (bounded waits, no size limit, no proxy)."""
     return connect(
-        ws_url(gw, path),
-        subprotocols=["mcp"],  # type: ignore[list-item]
+        gw.ws(path),
+        subprotocols=[subprotocol] if subprotocol else None,  # type: ignore[list-item]
         additional_headers=headers,
         open_timeout=STEP_S,
         close_timeout=2,

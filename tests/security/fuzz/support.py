@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 from collections.abc import Iterator
@@ -13,11 +12,17 @@ import httpx
 import orjson
 from hypothesis import HealthCheck, settings, strategies as st
 
-from tests.support import RunningGateway
+from tests.support import (
+    JSON_HEADERS as JSON_HEADERS,
+    LEGACY_VERSION as VERSION,
+    MODERN_VERSION as MODERN,
+    RunningGateway,
+    b64url,
+    initialize_request,
+)
 
+b64 = b64url  # base64url without padding, as in JWTs
 STEP_S = 5.0  # the longest any single exchange may take; a timeout is a failure
-VERSION = "2025-11-25"
-MODERN = "2026-07-28"
 SECRET = "s3cret-for-tests"
 AUDIENCE = "switchboard"
 ALICE = "alice-token"
@@ -28,7 +33,6 @@ ENVELOPE_LIMIT = 4096  # mcpx.max_envelope_bytes of the auth-enabled gateway
 STDIO_LIMIT = 4096  # max_message_bytes of the stdio gateway
 BRIDGED_TOPIC = "bridged"  # the auth-enabled gateway's topic with the demo backend as a participant
 
-JSON_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
 META_CAPS = "io.modelcontextprotocol/clientCapabilities"
 META_INFO = "io.modelcontextprotocol/clientInfo"
@@ -147,10 +151,6 @@ def parse_like_the_gateway(data: bytes) -> Any:
         return ABSENT
 
 
-def b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
 def deep(levels: int, opener: bytes = b"[", closer: bytes = b"]") -> bytes:
     return opener * levels + closer * levels
 
@@ -192,8 +192,7 @@ def echo_call(rpc_id: Any, text: str) -> dict[str, Any]:
 
 
 def initialize(rpc_id: Any = 1) -> dict[str, Any]:
-    params = {"protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "fuzz", "version": "1"}}
-    return {"jsonrpc": "2.0", "id": rpc_id, "method": "initialize", "params": params}
+    return initialize_request(rpc_id, client="fuzz")
 
 
 def session_headers(session_id: str) -> dict[str, str]:

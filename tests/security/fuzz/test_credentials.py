@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
 import re
 from collections.abc import Iterator
@@ -17,7 +15,7 @@ from hypothesis import given, strategies as st
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.sync.client import connect
 
-from tests.security.fuzz.clients import SseSession, ws_url
+from tests.security.fuzz.clients import SseSession
 from tests.security.fuzz.support import (
     ADMIN,
     ALICE,
@@ -41,7 +39,7 @@ from tests.security.fuzz.support import (
     modern_request,
     session_headers,
 )
-from tests.support import RunningGateway
+from tests.support import RunningGateway, hs256_jwt
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -106,9 +104,7 @@ def test_admin_api_fuzzed_bodies(authed: RunningGateway, client: httpx.Client, b
 
 def hs256(header: bytes, payload: bytes, secret: str = SECRET) -> str:
     """A JWT over exactly these header and payload bytes, signed with ``secret``."""
-    head, body = b64(header), b64(payload)
-    signature = hmac.new(secret.encode(), f"{head}.{body}".encode(), hashlib.sha256).digest()
-    return f"{head}.{body}.{b64(signature)}"
+    return hs256_jwt(header, payload, secret)
 
 
 B64_SEGMENTS = st.lists(st.binary(max_size=60).map(b64), min_size=1, max_size=5).map(".".join)
@@ -289,7 +285,7 @@ def assert_ws_refused(gw: RunningGateway, authorization: bytes) -> None:
     """/mcp/ws answers bad credentials with 401 + WWW-Authenticate before the upgrade (or a 1008 close)."""
     try:
         ws = connect(
-            ws_url(gw, "/mcp/ws"),
+            gw.ws("/mcp/ws"),
             subprotocols=["mcp"],  # type: ignore[list-item]
             additional_headers={"authorization": authorization.decode("latin-1")},
             open_timeout=STEP_S,
@@ -322,7 +318,7 @@ def assert_mcpx_refused(gw: RunningGateway, authorization: bytes) -> None:
         attempts.append((f"/ws?topic=creds&token={quote(token, safe='')}", None))
     for path, headers in attempts:
         try:
-            ws = connect(ws_url(gw, path), additional_headers=headers, open_timeout=STEP_S, close_timeout=2, proxy=None)
+            ws = connect(gw.ws(path), additional_headers=headers, open_timeout=STEP_S, close_timeout=2, proxy=None)
         except InvalidStatus as refused:
             status = refused.response.status_code
             too_long = status in (414, 431) and max(len(authorization), len(path)) > WS_MAX_LINE

@@ -15,7 +15,7 @@ from hypothesis import given, strategies as st
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from tests.security.fuzz.clients import ws_url
+from tests.security.fuzz.clients import open_ws
 from tests.security.fuzz.support import (
     ABSENT,
     ADMIN,
@@ -40,15 +40,7 @@ class McpxPeer:
     """A participant on /ws?topic=...: the welcome is checked on joining."""
 
     def __init__(self, gw: RunningGateway, topic: str, headers: dict[str, str] | None = None) -> None:
-        self.ws: ClientConnection = connect(
-            ws_url(gw, f"/ws?topic={topic}"),
-            additional_headers=headers,
-            open_timeout=STEP_S,
-            close_timeout=2,
-            max_size=None,
-            proxy=None,
-            compression=None,
-        ).__enter__()
+        self.ws: ClientConnection = open_ws(gw, f"/ws?topic={topic}", headers, subprotocol=None).__enter__()
         welcome = self.recv()
         assert welcome["kind"] == "system/welcome", welcome
         self.id = welcome["payload"]["you"]["id"]
@@ -245,7 +237,7 @@ MCPX_QUERIES = [
 
 @pytest.mark.parametrize("path", MCPX_QUERIES)
 def test_mcpx_refused_joins_close_with_1008(plain: RunningGateway, path: str) -> None:
-    with connect(ws_url(plain, path), open_timeout=STEP_S, close_timeout=2, proxy=None) as ws:
+    with connect(plain.ws(path), open_timeout=STEP_S, close_timeout=2, proxy=None) as ws:
         try:
             message = json.loads(ws.recv(timeout=STEP_S))
         except ConnectionClosed as closed:

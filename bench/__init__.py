@@ -1,0 +1,1 @@
+"""Benchmarks (`make bench`, `bench-mcpx`, `bench-mcpl`, `bench-router`); see bench/README.md."""

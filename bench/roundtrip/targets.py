@@ -1,0 +1,191 @@
+"""What is measured: each target's processes (Switchboard, its peers, the echo backends) on free ports."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from bench.roundtrip.common import (
+    BENCH,
+    LOG_DIR,
+    MCP_PROXY_VENV,
+    PEER_NODE,
+    PROJECT_PYTHON,
+    ROOT,
+    SUPERGATEWAY_JS,
+    SWITCHBOARD_TEMPLATE,
+    StartError,
+)
+from bench.roundtrip.services import Service
+from tools.procs import free_port
+
+ALL_TARGETS = ["direct", "switchboard", "supergateway", "mcp-proxy", "sdk-direct", "switchboard-sdk"]
+BASELINE_OF = {
+    "direct": None,
+    "switchboard": "direct",
+    "supergateway": "direct",
+    "mcp-proxy": "direct",
+    "sdk-direct": None,
+    "switchboard-sdk": "sdk-direct",
+}
+
+
+@dataclass
+class TargetSpec:
+    name: str
+    description: str
+    services: list[Service]
+    url: str
+    startup_timeout: float = 30.0
+
+
+def node_binary() -> str:
+    if env_node := os.environ.get("BENCH_NODE"):
+        return env_node
+    if PEER_NODE.exists():
+        return str(PEER_NODE)
+    node = shutil.which("node")
+    if node is None:
+        raise StartError("node not found (run bench/run.sh to install peers)")
+    return node
+
+
+def _log(target: str, service: str) -> Path:
+    return LOG_DIR / f"{target}.{service}.log"
+
+
+def _echo_http(target: str) -> Service:
+    port = free_port()
+    return Service(
+        "echo-backend",
+        [PROJECT_PYTHON, str(BENCH / "echo_backend.py"), "--host", "127.0.0.1", "--port", str(port)],
+        port,
+        "backend",
+        _log(target, "echo-backend"),
+    )
+
+
+def _sdk_server(target: str, json_response: bool) -> Service:
+    port = free_port()
+    argv = [PROJECT_PYTHON, str(BENCH / "sdk_echo_server.py"), "--host", "127.0.0.1", "--port", str(port)]
+    if json_response:
+        argv.append("--json-response")
+    return Service("sdk-echo-server", argv, port, "backend", _log(target, "sdk-echo-server"))
+
+
+def _switchboard(target: str, backend: Service, tmpdir: Path) -> Service:
+    port = free_port()
+    config = yaml.safe_load(SWITCHBOARD_TEMPLATE.read_text())
+    config["listen"] = {"host": "127.0.0.1", "port": port}
+    config["backends"]["echo"]["url"] = f"http://127.0.0.1:{backend.port}/mcp"
+    cfg_path = tmpdir / f"{target}.yaml"
+    cfg_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    argv = [*switchboard_command(), "run", "-c", str(cfg_path), "--port", str(port)]
+    return Service("switchboard", argv, port, "proxy", _log(target, "switchboard"))
+
+
+def switchboard_command() -> list[str]:
+    """How to launch Switchboard (the driver appends `run -c FILE --port P`).
+
+    `python -m gateway`, or the `switchboard` console script while gateway/__main__.py
+    is missing; env BENCH_SWITCHBOARD_CMD overrides both (e.g. another build).
+    """
+    if override := os.environ.get("BENCH_SWITCHBOARD_CMD"):
+        return shlex.split(override)
+    script = Path(PROJECT_PYTHON).parent / "switchboard"
+    if not (ROOT / "gateway" / "__main__.py").exists() and script.exists():
+        return [str(script)]
+    return [PROJECT_PYTHON, "-m", "gateway"]
+
+
+def _stdio_backend_cmd() -> list[str]:
+    return [PROJECT_PYTHON, str(BENCH / "echo_backend.py"), "--stdio"]
+
+
+def _stdio_proxy(target: str, proxy: str, argv: Callable[[int], list[str]]) -> Service:
+    """A proxy in front of echo_backend.py --stdio (its child), listening on the port `argv` is given."""
+    port = free_port()
+    return Service(proxy, argv(port), port, "proxy", _log(target, proxy))
+
+
+def _supergateway(target: str) -> Service:
+    if not SUPERGATEWAY_JS.exists():
+        raise StartError(f"supergateway not installed at {SUPERGATEWAY_JS} (run bench/run.sh)")
+    node = node_binary()
+    return _stdio_proxy(
+        target,
+        "supergateway",
+        lambda port: [
+            node,
+            str(SUPERGATEWAY_JS),
+            "--stdio",
+            " ".join(_stdio_backend_cmd()),
+            "--outputTransport",
+            "streamableHttp",
+            "--stateful",
+            "--port",
+            str(port),
+            "--streamableHttpPath",
+            "/mcp",
+            "--logLevel",
+            "none",
+        ],
+    )
+
+
+def _mcp_proxy(target: str) -> Service:
+    exe = MCP_PROXY_VENV / "bin" / "mcp-proxy"
+    if not exe.exists():
+        raise StartError(f"mcp-proxy not installed at {exe} (run bench/run.sh)")
+    return _stdio_proxy(
+        target,
+        "mcp-proxy",
+        lambda port: [
+            str(exe),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "WARNING",
+            "--",
+            *_stdio_backend_cmd(),
+        ],
+    )
+
+
+def _spec(name: str, description: str, *services: Service) -> TargetSpec:
+    """Clients talk to the last of `services` (the others stand behind it)."""
+    return TargetSpec(name, description, list(services), f"http://127.0.0.1:{services[-1].port}/mcp")
+
+
+def build_target(name: str, tmpdir: Path, sdk_json: bool) -> TargetSpec:
+    if name == "direct":
+        return _spec(name, "bench/echo_backend.py (raw ASGI + orjson, uvicorn httptools/uvloop)", _echo_http(name))
+    if name == "switchboard":
+        be = _echo_http(name)
+        return _spec(name, "Switchboard (HTTP) -> echo_backend.py (HTTP)", be, _switchboard(name, be, tmpdir))
+    if name == "supergateway":
+        return _spec(
+            name, "supergateway --stateful (Streamable HTTP) -> echo_backend.py --stdio (child)", _supergateway(name)
+        )
+    if name == "mcp-proxy":
+        return _spec(
+            name, "mcp-proxy (Streamable HTTP /mcp, stateful) -> echo_backend.py --stdio (child)", _mcp_proxy(name)
+        )
+    if name == "sdk-direct":
+        return _spec(
+            name,
+            "bench/sdk_echo_server.py (official SDK 2.x MCPServer, stateful sessions)",
+            _sdk_server(name, sdk_json),
+        )
+    if name == "switchboard-sdk":
+        be = _sdk_server(name, sdk_json)
+        return _spec(name, "Switchboard (HTTP) -> sdk_echo_server.py (HTTP)", be, _switchboard(name, be, tmpdir))
+    raise ValueError(f"unknown target {name!r}")

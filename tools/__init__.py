@@ -1,0 +1,1 @@
+"""Helpers that the tests and the benchmarks share (not part of the installed gateway)."""
