@@ -181,7 +181,8 @@ async def _watch_config(gateway: Any, path: str, interval_s: float = 2.0) -> Non
     seen = stamp()
     while True:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), interval_s)
+            async with asyncio.timeout(interval_s):
+                await wake.wait()
         current = stamp()
         if not wake.is_set() and current == seen:
             continue

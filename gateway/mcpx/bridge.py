@@ -92,7 +92,8 @@ class BackendParticipants:
 
     async def _tools(self, name: str) -> list[dict[str, Any]]:
         try:
-            merged = await asyncio.wait_for(self._catalog.merged(self._views[name], "tools"), _LIST_TIMEOUT_S)
+            async with asyncio.timeout(_LIST_TIMEOUT_S):
+                merged = await self._catalog.merged(self._views[name], "tools")
         except (TimeoutError, jsonrpc.RpcError) as exc:
             log.warning("MCPx: tools of backend %s unavailable: %s", name, exc)
             return []

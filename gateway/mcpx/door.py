@@ -129,7 +129,8 @@ class McpxDoor:
     async def _refuse(self, ws: WebSocket, code: int, reason: str) -> None:
         await ws.accept()
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(ws.close(code=code, reason=reason[:120]), _CLOSE_WAIT_S)
+            async with asyncio.timeout(_CLOSE_WAIT_S):
+                await ws.close(code=code, reason=reason[:120])
 
     def _credentials(self, ws: WebSocket, topic: str) -> Credentials:
         credentials = self._authenticate(ws.scope, token_of(ws))
@@ -169,7 +170,8 @@ class McpxDoor:
             topic = self._topics.join(topic_name, participant)
         except JoinRefused as exc:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(ws.close(code=exc.code, reason=exc.reason[:120]), _CLOSE_WAIT_S)
+                async with asyncio.timeout(_CLOSE_WAIT_S):
+                    await ws.close(code=exc.code, reason=exc.reason[:120])
             return
         self._metrics.sessions.labels(TRANSPORT).inc()
         writer = asyncio.create_task(self._write(ws, outbox))
@@ -198,7 +200,8 @@ class McpxDoor:
 
         async def close() -> None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(ws.close(code=_TRY_AGAIN_LATER, reason=reason), _CLOSE_WAIT_S)
+                async with asyncio.timeout(_CLOSE_WAIT_S):
+                    await ws.close(code=_TRY_AGAIN_LATER, reason=reason)
 
         task = asyncio.get_running_loop().create_task(close())
         self._background.add(task)

@@ -173,7 +173,8 @@ class StdioDoor:
                 await asyncio.wait(tasks, timeout=limits.client_request_timeout_s)
             session.standalone.close()  # the writer flushes what is queued, then returns
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(writer), 5.0)
+                async with asyncio.timeout(5.0):
+                    await asyncio.shield(writer)
         finally:
             for task in tasks:
                 task.cancel()

@@ -113,7 +113,8 @@ class WebSocketDoor:
             await pump_out(session, ws.send_text)
             # The session ended on the gateway's side (e.g. the draft's exit): say so.
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(ws.close(code=1000, reason="session ended"), 2.0)
+                async with asyncio.timeout(2.0):
+                    await ws.close(code=1000, reason="session ended")
         except (ChannelOverflow, asyncio.CancelledError) as exc:
             if not absorb_overflow(channel, exc):
                 raise
@@ -124,6 +125,7 @@ class WebSocketDoor:
                 self._limits.session_queue,
             )
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(ws.close(code=_TRY_AGAIN_LATER, reason="client too slow"), 2.0)
+                async with asyncio.timeout(2.0):
+                    await ws.close(code=_TRY_AGAIN_LATER, reason="client too slow")
         except (WebSocketDisconnect, RuntimeError, OSError):
             return

@@ -154,13 +154,15 @@ class BackendConnection:
 
     async def wait_ready(self, timeout: float) -> bool:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._ready.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._ready.wait()
         return self._ready.is_set()
 
     async def wait_settled(self, timeout: float) -> bool:
         """Wait until the first connect attempt has ended (ready or failed); False on timeout."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._settled.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._settled.wait()
         return self._settled.is_set()
 
     async def close(self) -> None:
@@ -186,7 +188,10 @@ class BackendConnection:
             self._carrier = carrier
             self.state = "connecting"
             try:
-                await asyncio.wait_for(self._connect_watched(carrier), self.config.connect_timeout_s)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for loses a cancellation that lands just
+                # as the handshake completes, and close() would then wait forever.
+                async with asyncio.timeout(self.config.connect_timeout_s):
+                    await self._connect_watched(carrier)
             except asyncio.CancelledError:
                 await carrier.close()
                 raise
@@ -201,13 +206,6 @@ class BackendConnection:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.config.restart.max_backoff_s)
                 continue
-            self.state = "ready"
-            self.last_error = None
-            self.connected_at = time.monotonic()
-            self._ready.set()
-            self._settled.set()
-            log.info("backend %s ready (%s, protocol %s)", self.name, carrier.describe(), self.protocol_version)
-            self._handler.on_connected(self)
             reason = await carrier.wait_closed()
             if self._closing:
                 return
@@ -255,6 +253,18 @@ class BackendConnection:
         self.era, self.init_result = agreed.era, agreed.init_result
         if agreed.era == "modern":
             self._listen.start()
+        self._up(carrier)
+
+    def _up(self, carrier: Carrier) -> None:
+        """Ready, in the same step as the handshake's end: a request the backend sends right after
+        ``notifications/initialized`` must find the connection ready, or its answer is dropped."""
+        self.state = "ready"
+        self.last_error = None
+        self.connected_at = time.monotonic()
+        self._ready.set()
+        self._settled.set()
+        log.info("backend %s ready (%s, protocol %s)", self.name, carrier.describe(), self.protocol_version)
+        self._handler.on_connected(self)
 
     async def handshake_request(
         self, method: str, params: dict[str, Any], era: Era, timeout: float, probe: bool = False

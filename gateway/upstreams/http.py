@@ -302,7 +302,8 @@ class HttpCarrier(Carrier):
         if self._pool is not None:
             if self._session_id and not self._closed.is_set():
                 with contextlib.suppress(Exception):
-                    response = await asyncio.wait_for(self._pool.request("DELETE", self._target, self._headers()), 2.0)
+                    async with asyncio.timeout(2.0):
+                        response = await self._pool.request("DELETE", self._target, self._headers())
                     response.release()
             await self._pool.aclose()
         self._die("closed")

@@ -40,7 +40,8 @@ class SseCarrier(Carrier):
         endpoint_ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._read(inbound, endpoint_ready), name=f"sse-{self._name}")
         try:
-            self._endpoint = await asyncio.wait_for(asyncio.shield(endpoint_ready), self._connect_timeout)
+            async with asyncio.timeout(self._connect_timeout):
+                self._endpoint = await asyncio.shield(endpoint_ready)
         except BaseException:
             await self.close()
             raise

@@ -106,7 +106,8 @@ class StdioCarrier(Carrier):
     async def _wait_exit(self, timeout: float) -> int | None:
         assert self._proc
         with contextlib.suppress(TimeoutError):
-            return await asyncio.wait_for(self._proc.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                return await self._proc.wait()
         return None
 
     async def _read_stderr(self) -> None:
@@ -132,6 +133,12 @@ class StdioCarrier(Carrier):
                 await proc.stdin.drain()
             except (ConnectionError, BrokenPipeError) as exc:
                 raise CarrierClosed(f"stdin closed: {exc}") from None
+            except RuntimeError as exc:
+                # uvloop: a write to a pipe whose process just exited ("the handler is closed"),
+                # before the exit is noticed; the same outage, not a gateway failure.
+                if proc.stdin.is_closing() or proc.returncode is not None:
+                    raise CarrierClosed(f"stdin closed: {exc}") from None
+                raise
 
     async def wait_closed(self) -> str:
         await self._closed.wait()

@@ -79,7 +79,8 @@ class WsCarrier(Carrier):
     async def close(self) -> None:
         if self._ws is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._ws.close(), 2.0)
+                async with asyncio.timeout(2.0):
+                    await self._ws.close()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
