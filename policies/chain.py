@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from gateway.events import Event
+from gateway.events import Dialect, Event
 from policies.principal import Principal
 
 Stage = Literal["admission", "dispatch"]
@@ -71,6 +71,15 @@ class Target:
 
 
 class Policy(Protocol):
+    """A member of the chain. Two optional class attributes let the chain skip a member that cannot
+    have an opinion, without awaiting it (the chain runs on every request):
+
+    - ``dialects``: a frozenset of the :class:`Dialect` values whose events it decides (MCPx-only
+      members); absent or None means every dialect.
+    - ``facts_key``: for a dispatch member fed only through ``Target.facts``, the key it reads; it is
+      asked only when the target carries that key.
+    """
+
     name: str
     stage: Stage
 
@@ -88,23 +97,39 @@ class Visibility(Protocol):
         and synchronous: it runs once per list item."""
 
 
+def _decides(policy: Policy, dialect: Dialect) -> bool:
+    dialects = getattr(policy, "dialects", None)
+    return dialects is None or dialect in dialects
+
+
 class PolicyChain:
     def __init__(self, policies: Sequence[Policy]) -> None:
         self.policies = tuple(policies)
-        self._admission = tuple(p for p in self.policies if p.stage == "admission")
-        self._dispatch = tuple(p for p in self.policies if p.stage == "dispatch")
+        admission = [p for p in self.policies if p.stage == "admission"]
+        # Per dialect, the admission members that decide its events (the enum is small and fixed).
+        self._admission = {d: tuple(p for p in admission if _decides(p, d)) for d in Dialect}
+        self._dispatch = tuple(
+            (p, getattr(p, "facts_key", None), getattr(p, "dialects", None))
+            for p in self.policies
+            if p.stage == "dispatch"
+        )
         self.has_dispatch = bool(self._dispatch)
         self._visibility = tuple(p for p in self.policies if isinstance(p, Visibility))
 
     async def admit(self, event: Event, principal: Principal) -> Decision:
-        for policy in self._admission:
+        for policy in self._admission[event.dialect]:
             decision = await policy.check(event, principal, None)
             if decision is not None and not decision.allowed:
                 return decision
         return ALLOW
 
     async def dispatch(self, event: Event, principal: Principal, target: Target) -> Decision:
-        for policy in self._dispatch:
+        facts = target.facts
+        for policy, facts_key, dialects in self._dispatch:
+            if facts_key is not None and (facts is None or facts_key not in facts):
+                continue  # fed only through facts this target does not carry: no opinion
+            if dialects is not None and event.dialect not in dialects:
+                continue
             decision = await policy.check(event, principal, target)
             if decision is not None and not decision.allowed:
                 return decision

@@ -24,6 +24,7 @@ ENVELOPE_RATE_LIMITED = RATE_LIMITED
 class EnvelopeRatePolicy:
     name = "envelope_rate"
     stage: Stage = "admission"
+    dialects = frozenset({Dialect.MCPX})  # the chain asks it about MCPx envelopes only
 
     def __init__(self, messages_per_s: float, burst: float, bus: Bus) -> None:
         self._per_s = messages_per_s

@@ -191,6 +191,7 @@ class FeatureSetPolicy:
 
     name = POLICY
     stage: Stage = "dispatch"
+    facts_key = POLICY  # fed only through Target.facts: the chain skips it without them
 
     async def check(self, event: Event, principal: Principal, target: Target | None) -> Decision | None:
         facts = target.facts.get(POLICY) if target is not None and target.facts else None

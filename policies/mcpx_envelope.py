@@ -31,6 +31,7 @@ class McpxSenderPolicy:
 
     name = "mcpx_sender"
     stage: Stage = "admission"
+    dialects = frozenset({Dialect.MCPX})  # the chain asks it about MCPx envelopes only
 
     async def check(self, event: Event, principal: Principal, target: Target | None = None) -> Decision | None:
         if event.dialect is not Dialect.MCPX or event.source == principal.name:
@@ -50,6 +51,7 @@ class McpxReservedKindPolicy:
 
     name = "mcpx_reserved_kind"
     stage: Stage = "admission"
+    dialects = frozenset({Dialect.MCPX})  # the chain asks it about MCPx envelopes only
 
     async def check(self, event: Event, principal: Principal, target: Target | None = None) -> Decision | None:
         if event.dialect is not Dialect.MCPX or event.kind not in _RESERVED_KINDS:

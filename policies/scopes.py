@@ -165,6 +165,7 @@ class ScopePolicy:
 
     name = SCOPES_POLICY
     stage: Stage = "dispatch"
+    facts_key = SCOPES_POLICY  # fed only through Target.facts: the chain skips it without them
 
     async def check(self, event: Event, principal: Principal, target: Target | None) -> Decision | None:
         facts = target.facts.get(SCOPES_POLICY) if target is not None and target.facts else None

@@ -267,3 +267,34 @@ def test_a_label_given_as_a_string_becomes_typed() -> None:
 def test_an_unknown_label_fails_at_the_policy() -> None:
     with pytest.raises(ValueError, match="not_a_label"):
         Decision(False, "p", 1, "no", outcome="not_a_label")  # type: ignore[arg-type]
+
+
+class _Asked:
+    """A member that records every question and never objects."""
+
+    def __init__(self, name: str, stage: str, **attributes: object) -> None:
+        self.name, self.stage, self.asked = name, stage, 0
+        for key, value in attributes.items():
+            setattr(self, key, value)
+
+    async def check(self, event: Event, principal: Principal, target: Target | None) -> Decision | None:
+        self.asked += 1
+        return None
+
+
+async def test_the_chain_skips_members_that_cannot_have_an_opinion() -> None:
+    mcpx_only = _Asked("mcpx", "admission", dialects=frozenset({Dialect.MCPX}))
+    everyone = _Asked("all", "admission")
+    fed = _Asked("fed", "dispatch", facts_key="fed")
+    chain = PolicyChain([mcpx_only, everyone, fed])  # type: ignore[list-item]
+    principal = Principal("p", CapabilitySet(["*"]))
+    mcp = event(Kind.REQUEST)
+    mcpx = Event(kind=Kind.REQUEST, method="tools/call", payload={}, context="echo", dialect=Dialect.MCPX)
+    await chain.admit(mcp, principal)
+    await chain.admit(mcpx, principal)
+    assert (mcpx_only.asked, everyone.asked) == (1, 2)
+    await chain.dispatch(mcp, principal, Target("b"))
+    await chain.dispatch(mcp, principal, Target("b", facts={"other": 1}))
+    assert fed.asked == 0, "fed only through facts it was not given"
+    await chain.dispatch(mcp, principal, Target("b", facts={"fed": object()}))
+    assert fed.asked == 1
