@@ -56,9 +56,6 @@ if TYPE_CHECKING:
 
 # system/error codes that are decisions (counted as refused), as opposed to malformed envelopes.
 _REFUSALS = frozenset({MCPX_CAPABILITY_VIOLATION, MCPX_RATE_LIMITED, MCPX_RESERVED_KIND, MCPX_ENVELOPE_TOO_LARGE})
-# Denials for the envelope's shape (a spoofed ``from``, a reserved kind) are answered like malformed
-# envelopes and, like them, not audited; every other denial of the chain is.
-_UNAUDITED = frozenset({Outcome.SPOOFED, Outcome.RESERVED})
 
 log = logging.getLogger(__name__)
 
@@ -285,10 +282,11 @@ class McpxDoor:
         self, topic: Topic, participant: Participant, envelope: dict[str, Any], decision: Decision, env_id: str | None
     ) -> None:
         kind = envelope["kind"]
-        if decision.outcome not in _UNAUDITED:
-            self._audit.record(
-                decision.outcome, transport=TRANSPORT, principal=participant.id, topic=topic.name, action=kind
-            )
+        # Every denial is audited, a spoofed ``from`` and a reserved kind included: they are what an
+        # impersonation attempt looks like, whatever else they have in common with malformed envelopes.
+        self._audit.record(
+            decision.outcome, transport=TRANSPORT, principal=participant.id, topic=topic.name, action=kind
+        )
         code = mcpx_denial_code(decision.outcome) or decision.policy or "denied"
         message = decision.reason
         details: dict[str, Any] = {}
