@@ -1,7 +1,7 @@
 """MCPL through the gateway: context-hook fan-out latency and the cost of a backend's push/event.
 
 Starts a real gateway process with N MCPL memory servers (the test server in
-``tests/e2e/backends/mcpl_server.py``, over stdio), connects one WebSocket MCPL host, enables every
+``tests/e2e/backends/mcpl_server/``, over stdio), connects one WebSocket MCPL host, enables every
 feature set, and measures:
 
 * ``context/beforeInference`` round trips from the host, sequential and 16 at a time: each one is

@@ -7,7 +7,7 @@ and fixtures can be pulled into another module's namespace with
 
 `start_fixture_server(era=...)` picks the protocol eras the fixture serves: "dual" (default,
 both on one endpoint), "legacy" (initialize handshake only) or "modern" (2026-07-28 only); see
-tests/conformance/fixture_server.py. The session-scoped fixtures `fixture_backend_url`,
+tests/conformance/fixture/__init__.py. The session-scoped fixtures `fixture_backend_url`,
 `legacy_fixture_url` and `modern_fixture_url` (tests/conftest.py) run one of each.
 """
 

@@ -1,6 +1,6 @@
 """The MCPL test peers work on their own, without the gateway.
 
-The gateway's MCPL tests trust tests/e2e/backends/mcpl_server.py (the server side) and
+The gateway's MCPL tests trust tests/e2e/backends/mcpl_server/ (the server side) and
 tests/e2e/mcpl_host.py (the host side); these quick checks make sure a failure there is the gateway's.
 The server is driven over stdio and over Streamable HTTP; the host is connected to the server through a
 tiny WebSocket↔stdio relay written here.

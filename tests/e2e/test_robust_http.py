@@ -3,12 +3,14 @@
 Every status code here is the one a real client keys its behaviour on (the MCP 2025-11-25
 transport rules, and what the official SDK clients key on), so the tests use raw httpx and raw sockets rather
 than an SDK that would hide them. Every wait is bounded.
+
+The slow-client (back-pressure) tests are in test_robust_http_slow_clients.py; the helpers both use are in
+robust_http_support.py.
 """
 
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,14 +18,16 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import (
-    JSON_HEADERS as BASE_HEADERS,
-    LEGACY_VERSION as VERSION,
-    RunningGateway,
-    crashy_backend,
-    initialize_request,
-    run_gateway,
+from tests.e2e.robust_http_support import (
+    SseReader,
+    call,
+    initialize_body,
+    open_session,
+    port_of,
+    session_headers,
+    tool_call,
 )
+from tests.support import JSON_HEADERS as BASE_HEADERS, RunningGateway, run_gateway
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -37,93 +41,6 @@ INVALID_PARAMS = -32602
 # ---------------------------------------------------------------------------------------------- helpers
 
 
-def _initialize_body(rpc_id: Any = 1) -> dict[str, Any]:
-    return initialize_request(rpc_id, client="robust")
-
-
-def open_session(client: httpx.Client, url: str) -> str:
-    """initialize + notifications/initialized; returns the Mcp-Session-Id."""
-    response = client.post(url, headers=BASE_HEADERS, json=_initialize_body())
-    assert response.status_code == 200, response.text
-    session_id = response.headers["mcp-session-id"]
-    assert response.json()["result"]["protocolVersion"] == VERSION
-    note = client.post(
-        url,
-        headers=session_headers(session_id),
-        json={"jsonrpc": "2.0", "method": "notifications/initialized"},
-    )
-    assert note.status_code == 202, note.text
-    return session_id
-
-
-def session_headers(session_id: str) -> dict[str, str]:
-    return {**BASE_HEADERS, "mcp-session-id": session_id, "mcp-protocol-version": VERSION}
-
-
-class SseReader:
-    """Incremental SSE parser: feed bytes, get (id, data) pairs of complete events."""
-
-    def __init__(self) -> None:
-        self._buffer = b""
-        self._id: str | None = None
-        self._data: list[str] = []
-        self._has_fields = False
-
-    def feed(self, chunk: bytes) -> list[tuple[str | None, str]]:
-        self._buffer += chunk.replace(b"\r\n", b"\n")
-        events: list[tuple[str | None, str]] = []
-        while b"\n" in self._buffer:
-            raw, self._buffer = self._buffer.split(b"\n", 1)
-            line = raw.decode()
-            if line == "":
-                if self._has_fields:
-                    events.append((self._id, "\n".join(self._data)))
-                self._id, self._data, self._has_fields = None, [], False
-            elif line.startswith(":"):
-                continue
-            else:
-                field, _, value = line.partition(":")
-                value = value.removeprefix(" ")
-                self._has_fields = True
-                if field == "id":
-                    self._id = value
-                elif field == "data":
-                    self._data.append(value)
-        return events
-
-
-def read_response(response: httpx.Response, rpc_id: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The JSON-RPC response to ``rpc_id`` from a POST answer (JSON or SSE), plus what came before it."""
-    ctype = response.headers.get("content-type", "")
-    if ctype.startswith("application/json"):
-        return json.loads(response.read()), []
-    assert ctype.startswith("text/event-stream"), ctype
-    reader = SseReader()
-    before: list[dict[str, Any]] = []
-    for chunk in response.iter_raw():
-        for _id, data in reader.feed(chunk):
-            if not data:
-                continue
-            message = json.loads(data)
-            if message.get("id") == rpc_id and "method" not in message:
-                return message, before
-            before.append(message)
-    raise AssertionError(f"the stream ended without a response to {rpc_id!r}; got {before}")
-
-
-def call(client: httpx.Client, url: str, session_id: str, message: dict[str, Any]) -> dict[str, Any]:
-    with client.stream("POST", url, headers=session_headers(session_id), json=message) as response:
-        assert response.status_code == 200, response.read()
-        return read_response(response, message["id"])[0]
-
-
-def tool_call(rpc_id: Any, name: str, arguments: dict[str, Any], token: Any = None) -> dict[str, Any]:
-    params: dict[str, Any] = {"name": name, "arguments": arguments}
-    if token is not None:
-        params["_meta"] = {"progressToken": token}
-    return {"jsonrpc": "2.0", "id": rpc_id, "method": "tools/call", "params": params}
-
-
 def assert_rpc_error(response: httpx.Response, status: int, code: int | None = None) -> dict[str, Any]:
     assert response.status_code == status, (response.status_code, response.text)
     if code is None:
@@ -133,32 +50,6 @@ def assert_rpc_error(response: httpx.Response, status: int, code: int | None = N
     assert body["error"]["code"] == code, body
     assert isinstance(body["error"]["message"], str) and body["error"]["message"]
     return body
-
-
-def port_of(gw: RunningGateway) -> int:
-    return int(gw.url.rsplit(":", 1)[1])
-
-
-def raw_post(port: int, path: str, headers: dict[str, str], body: bytes, rcvbuf: int = 4096) -> socket.socket:
-    """Sends an HTTP/1.1 POST on a fresh socket and returns the socket, response unread."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    # A tiny receive window, so that an unread response backs up into the gateway quickly.
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    sock.settimeout(5)
-    sock.connect(("127.0.0.1", port))
-    lines = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", f"Content-Length: {len(body)}"]
-    lines += [f"{k}: {v}" for k, v in headers.items()]
-    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
-    return sock
-
-
-def wait_until(predicate: Any, timeout_s: float, interval_s: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return bool(predicate())
 
 
 # ---------------------------------------------------------------------------------------------- fixtures
@@ -271,7 +162,7 @@ def test_session_of_one_route_is_unknown_on_another(gw: RunningGateway, client: 
 
 def test_initialize_carrying_a_session_id_is_refused(gw: RunningGateway, client: httpx.Client) -> None:
     session_id = open_session(client, gw.mcp)
-    response = client.post(gw.mcp, headers=session_headers(session_id), json=_initialize_body(5))
+    response = client.post(gw.mcp, headers=session_headers(session_id), json=initialize_body(5))
     assert response.status_code == 400
     assert response.json()["error"]["code"] == INVALID_REQUEST
 
@@ -280,7 +171,7 @@ def test_initialize_carrying_a_session_id_is_refused(gw: RunningGateway, client:
 
 
 def test_wrong_content_type_is_415(gw: RunningGateway, client: httpx.Client) -> None:
-    body = json.dumps(_initialize_body()).encode()
+    body = json.dumps(initialize_body()).encode()
     for ctype in ("text/plain", "application/x-www-form-urlencoded", ""):
         headers = {"accept": BASE_HEADERS["accept"], "content-type": ctype}
         assert_rpc_error(client.post(gw.mcp, headers=headers, content=body), 415, INVALID_REQUEST)
@@ -292,7 +183,7 @@ def test_wrong_content_type_is_415(gw: RunningGateway, client: httpx.Client) -> 
 def test_accept_without_event_stream_is_406(gw: RunningGateway, client: httpx.Client) -> None:
     for accept in ("application/json", "text/event-stream", "text/html"):
         headers = {**BASE_HEADERS, "accept": accept}
-        assert_rpc_error(client.post(gw.mcp, headers=headers, json=_initialize_body()), 406, INVALID_REQUEST)
+        assert_rpc_error(client.post(gw.mcp, headers=headers, json=initialize_body()), 406, INVALID_REQUEST)
     session_id = open_session(client, gw.mcp)
     get = client.get(gw.mcp, headers={"accept": "application/json", "mcp-session-id": session_id})
     assert get.status_code == 406
@@ -338,7 +229,7 @@ def test_oversized_body_is_413_and_the_gateway_keeps_serving(gw: RunningGateway,
 
 
 def test_bad_host_is_refused_and_bad_origin_is_403(gw: RunningGateway, client: httpx.Client) -> None:
-    body = _initialize_body()
+    body = initialize_body()
     for host in ("evil.example.com", f"evil.example.com:{port_of(gw)}", "127.0.0.2"):
         response = client.post(gw.mcp, headers={**BASE_HEADERS, "host": host}, json=body)
         assert 400 <= response.status_code < 500, (host, response.status_code)
@@ -514,147 +405,3 @@ def test_resume_with_an_unknown_event_id_is_404(gw: RunningGateway, client: http
         headers = {"accept": "text/event-stream", "mcp-session-id": session_id, "last-event-id": bad}
         with client.stream("GET", gw.mcp, headers=headers) as response:
             assert response.status_code == 404, (bad, response.status_code)
-
-
-# ---------------------------------------------------------------------------------------------- slow clients
-
-
-@pytest.fixture(scope="module")
-def flood_gw() -> Iterator[RunningGateway]:
-    config = {
-        "backends": {
-            "demo": {"transport": "builtin", "required": True},
-            "crashy": crashy_backend(required=True),
-        },
-        "limits": {"session_queue": 16},
-    }
-    with run_gateway(config) as running:
-        yield running
-
-
-def _post_unread(gw: RunningGateway, session_id: str, message: dict[str, Any]) -> socket.socket:
-    headers = {
-        "Accept": BASE_HEADERS["accept"],
-        "Content-Type": "application/json",
-        "Mcp-Session-Id": session_id,
-        "MCP-Protocol-Version": VERSION,
-    }
-    return raw_post(port_of(gw), "/mcp", headers, json.dumps(message).encode())
-
-
-def _others_still_served(gw: RunningGateway) -> None:
-    with httpx.Client(timeout=5) as other:
-        other_id = open_session(other, gw.mcp)
-        started = time.monotonic()
-        answer = call(other, gw.mcp, other_id, tool_call(1, "demo__echo", {"text": "hello"}))
-        assert answer["result"]["content"][0]["text"] == "hello"
-        assert time.monotonic() - started < 2.0
-        assert other.get(f"{gw.url}/healthz").status_code == 200
-
-
-def test_client_that_never_reads_a_demo_stream_does_not_hurt_others(flood_gw: RunningGateway) -> None:
-    """slow_count n=500 is ~150 KB of events: socket buffers absorb it, the other clients are unaffected."""
-    with httpx.Client(timeout=10) as client:
-        session_id = open_session(client, flood_gw.mcp)
-        sock = _post_unread(flood_gw, session_id, tool_call(2, "demo__slow_count", {"n": 500, "delay_s": 0}, token="t"))
-        try:
-            time.sleep(0.5)
-            _others_still_served(flood_gw)
-            # The stalled client's own session still answers on another connection.
-            assert call(client, flood_gw.mcp, session_id, {"jsonrpc": "2.0", "id": 3, "method": "ping"})["result"] == {}
-        finally:
-            sock.close()
-
-
-def _drain(sock: socket.socket, timeout_s: float) -> bytes:
-    """Reads until the chunked response ends (or the peer closes, or the time is up)."""
-    data = bytearray()
-    deadline = time.monotonic() + timeout_s
-    sock.settimeout(0.5)
-    while time.monotonic() < deadline:
-        try:
-            chunk = sock.recv(1 << 20)
-        except TimeoutError:
-            continue
-        if not chunk:
-            break
-        data += chunk
-        if data.endswith(b"\r\n0\r\n\r\n"):
-            break
-    return bytes(data)
-
-
-def _flood(session_id: str, gw: RunningGateway, rpc_id: int) -> socket.socket:
-    # 400 progress notifications of 32 KB: ~13 MB, far more than loopback socket buffers hold. Paced 2 ms apart,
-    # so that the gateway's writer keeps up until the socket blocks: any overflow is the stalled client's doing,
-    # not a burst's (see test_burst_larger_than_session_queue_does_not_cost_an_attentive_client_its_result).
-    return _post_unread(
-        gw,
-        session_id,
-        tool_call(rpc_id, "crashy__flood", {"count": 400, "size": 32_000, "pause_s": 0.002}, token="flood"),
-    )
-
-
-def _dropped_total(gw: RunningGateway) -> float:
-    text = httpx.get(f"{gw.url}/metrics", timeout=5).text
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith("switchboard_slow_clients_dropped_total{"):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
-def _logged_drop(gw: RunningGateway, marker: str) -> bool:
-    return any(marker in line and "behind" in line for line in gw.log().splitlines())
-
-
-def test_slow_client_stream_is_closed_with_a_logged_reason(flood_gw: RunningGateway) -> None:
-    """A client that stalls, then reads again, finds its stream cut short and the reason in the log."""
-    before = _dropped_total(flood_gw)
-    with httpx.Client(timeout=10) as client:
-        session_id = open_session(client, flood_gw.mcp)
-        sock = _flood(session_id, flood_gw, 2)
-        try:
-            time.sleep(1.0)  # the backend floods while the client does not read
-            _others_still_served(flood_gw)
-            data = _drain(sock, 20)
-        finally:
-            sock.close()
-    assert data.startswith(b"HTTP/1.1 200"), data[:200]
-    assert b"text/event-stream" in data[:500]
-    # The stream ended (or was cut) before the 400 notifications and the result came through.
-    assert data.count(b'"notifications/progress"') < 400
-    assert b"flooded 400" not in data
-    marker = f"stream {session_id[:8]}-"
-    assert wait_until(lambda: _logged_drop(flood_gw, marker), 5), flood_gw.log()[-3000:]
-    assert _dropped_total(flood_gw) >= before + 1
-    _others_still_served(flood_gw)
-
-
-def test_client_that_stops_reading_is_dropped_without_reading_again(flood_gw: RunningGateway) -> None:
-    """The gateway must detect the overflow and drop the stream while the client is still stalled."""
-    with httpx.Client(timeout=10) as client:
-        session_id = open_session(client, flood_gw.mcp)
-        marker = f"stream {session_id[:8]}-"
-        sock = _flood(session_id, flood_gw, 2)
-        try:
-            dropped = wait_until(lambda: _logged_drop(flood_gw, marker), 2)
-            _others_still_served(flood_gw)
-        finally:
-            sock.close()
-    assert dropped, "no 'behind' drop was logged while the client was stalled"
-
-
-def test_burst_larger_than_session_queue_does_not_cost_an_attentive_client_its_result(
-    flood_gw: RunningGateway,
-) -> None:
-    """40 small notifications written at once (session_queue 16): progress may be shed, the result may not."""
-    with httpx.Client(timeout=10) as client:
-        session_id = open_session(client, flood_gw.mcp)
-        request = tool_call(5, "crashy__flood", {"count": 40, "size": 10, "burst": True}, token="burst")
-        with client.stream("POST", flood_gw.mcp, headers=session_headers(session_id), json=request) as response:
-            assert response.status_code == 200
-            reader = SseReader()
-            messages = [json.loads(d) for chunk in response.iter_raw() for _i, d in reader.feed(chunk) if d]
-    final = [m for m in messages if m.get("id") == 5 and "method" not in m]
-    assert final, f"the call's stream ended without its response ({len(messages)} messages received)"

@@ -15,7 +15,7 @@ import yaml
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
-from tests.e2e.test_mcpl_gateway import mcpl_backend
+from tests.e2e.mcpl_support import mcpl_backend
 from tests.support import PROJECT_ROOT, LinePeer, initialize_request, spawn_module
 
 INIT = initialize_request()

@@ -1,47 +1,35 @@
-"""A configurable MCPL 0.4 server for the gateway's e2e tests (raw JSON-RPC, no SDK, fully asyncio).
-
-The gateway sits between MCPL hosts and MCPL servers; to test it we need a server that exercises every
-server-side lane of the spec (push events, context hooks, server-initiated inference with streaming,
-scopes, checkpoints/rollback, channels) and that records everything it receives, so a test can check
-what the gateway forwarded. One process plays one role (``--role memory|compliance|notes|files|channels``).
-
-Run as ``python -m tests.e2e.backends.mcpl_server --role ROLE [--http PORT] [options]`` with cwd at the
-project root. Without ``--http`` it speaks newline-delimited JSON-RPC on stdin/stdout; with it, legacy
-Streamable HTTP at ``http://127.0.0.1:PORT/mcp`` (sessions, JSON answers, a standalone GET SSE stream that
-carries every server-initiated message). Only JSON-RPC ever goes to stdout; logs go to stderr.
-
-Messages are handled concurrently: a tool call waiting for the host's answer to a server→host request
-(ids ``s-1``, ``s-2``...) does not stop the other incoming messages, that answer included. Every such
-wait has a timeout (``--ask-timeout``, 10 s) that yields an error object instead of hanging.
-"""
+"""The MCPL test server's protocol logic: one connection's handlers and records, independent of the transport."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import copy
 import json
 import logging
 import os
 import re
-import sys
 import uuid
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from tests.e2e.backends.mcpl_server.catalog import (
+    COMMON_TOOLS,
+    DEFAULT_FEATURE_SET,
+    HOOK_FEATURE_SET,
+    ROLE_CAPABILITIES,
+    ROLE_TOOLS,
+    JsonObj,
+    channel_descriptor,
+)
 from tests.support import PeerError
 
 log = logging.getLogger("mcpl_server")
 
-JsonObj = dict[str, Any]
 Sender = Callable[[JsonObj], Awaitable[None]]
 AfterResponse = Callable[[], Awaitable[None]]
 
-ROLES = ("memory", "compliance", "notes", "files", "channels")
 SECRET_PATTERN = re.compile(r"sk-[A-Za-z0-9]+")
 
 
@@ -75,146 +63,6 @@ def now_iso() -> str:
 def text_content(value: Any) -> JsonObj:
     text = value if isinstance(value, str) else json.dumps(value)
     return {"content": [{"type": "text", "text": text}]}
-
-
-def tool(name: str, description: str, properties: JsonObj | None = None, required: list[str] | None = None) -> JsonObj:
-    schema: JsonObj = {"type": "object", "properties": properties or {}}
-    if required:
-        schema["required"] = required
-    return {"name": name, "description": description, "inputSchema": schema}
-
-
-STRING = {"type": "string"}
-OBJECT = {"type": "object"}
-
-COMMON_TOOLS = [
-    tool("stats", "Everything this server has received so far, as JSON"),
-    tool(
-        "ask",
-        "Send any request to the host and return its whole answer",
-        {"method": STRING, "params": OBJECT},
-        ["method"],
-    ),
-    tool(
-        "push",
-        "Send push/event to the host and return its answer",
-        {"eventId": STRING, "text": STRING, "featureSet": STRING},
-        ["eventId", "text"],
-    ),
-    tool(
-        "infer",
-        "Send inference/request to the host; return its answer and the streamed chunks",
-        {"featureSet": STRING, "stream": {"type": "boolean"}, "conversationId": STRING},
-    ),
-    tool("notify", "Send any notification to the host", {"method": STRING, "params": OBJECT}, ["method"]),
-    tool("exit", "Exit the process at once (a crash, for restart tests)"),
-]
-
-ROLE_TOOLS: dict[str, list[JsonObj]] = {
-    "memory": [tool("remember", "Store a memory", {"text": STRING}, ["text"])],
-    "compliance": [],
-    "notes": [tool("add_note", "Add a note (creates a checkpoint)", {"text": STRING}, ["text"])],
-    "files": [tool("edit_file", "Edit a file (scoped)", {"path": STRING}, ["path"])],
-    "channels": [
-        tool(
-            "incoming",
-            "Deliver inbound channel messages to the host",
-            {"channelId": STRING, "texts": {"type": "array", "items": STRING}},
-            ["channelId", "texts"],
-        )
-    ],
-}
-
-CHANNEL_CAPS = {"register": True, "publish": True, "observe": True, "lifecycle": True, "streaming": True}
-
-ROLE_CAPABILITIES: dict[str, JsonObj] = {
-    # §15.1 plus modelInfo (§5.1).
-    "memory": {
-        "version": "0.4",
-        "contextHooks": {"beforeInference": True, "afterInference": {"blocking": False}},
-        "inferenceRequest": {"streaming": True},
-        "pushEvents": True,
-        "featureSets": {
-            "memory.retrieval": {
-                "description": "Retrieve relevant memories",
-                "uses": ["contextHooks.beforeInference"],
-            },
-            "memory.extraction": {"description": "Learn from conversations", "uses": ["contextHooks.afterInference"]},
-            "memory.consolidation": {"description": "Summarize memories using AI", "uses": ["inferenceRequest"]},
-            "memory.proactive": {"description": "Surface reminders proactively", "uses": ["pushEvents"]},
-        },
-        "modelInfo": True,
-    },
-    # §15.2 exactly.
-    "compliance": {
-        "version": "0.4",
-        "contextHooks": {"afterInference": {"blocking": True}},
-        "featureSets": {
-            "compliance.redaction": {
-                "description": "Redact secrets and PII from responses",
-                "uses": ["contextHooks.afterInference"],
-            }
-        },
-    },
-    # §8.1.
-    "notes": {
-        "version": "0.4",
-        "featureSets": {"notes.edit": {"description": "Manage notes", "uses": ["tools"], "rollback": True}},
-    },
-    # The array / boolean shapes real peers send (the reference servers of MCPL 0.4 and 0.5 differ from the spec).
-    "files": {
-        "version": "0.4",
-        "pushEvents": True,
-        "channels": True,
-        "featureSets": [
-            {"name": "files.edit", "description": "Edit files", "uses": ["tools"], "scoped": True},
-            {"name": "files.watch", "description": "Watch files", "uses": ["pushEvents"]},
-        ],
-    },
-    # §14.1.
-    "channels": {
-        "version": "0.4",
-        "channels": dict(CHANNEL_CAPS),
-        "featureSets": {
-            "channels.publish": {
-                "description": "Publish to registered channels",
-                "uses": ["channels.publish"],
-                "scoped": True,
-            },
-            "channels.observe": {
-                "description": "Observe outgoing/incoming messages",
-                "uses": ["channels.observe"],
-                "scoped": True,
-            },
-        },
-    },
-}
-
-DEFAULT_FEATURE_SET = {
-    "memory": "memory.proactive",
-    "compliance": "compliance.redaction",
-    "notes": "notes.edit",
-    "files": "files.watch",
-    "channels": "channels.publish",
-}
-
-HOOK_FEATURE_SET = {
-    "memory": ("memory.retrieval", "memory.extraction"),
-    "compliance": ("compliance.redaction", "compliance.redaction"),
-    "notes": ("notes.edit", "notes.edit"),
-    "files": ("files.edit", "files.edit"),
-    "channels": ("channels.observe", "channels.observe"),
-}
-
-
-def channel_descriptor(channel: str) -> JsonObj:
-    return {
-        "id": f"discord:{channel}",
-        "type": "discord",
-        "label": f"{channel} (Acme Discord)",
-        "direction": "bidirectional",
-        "address": {"guild": "acme", "channel": channel},
-    }
 
 
 class McplServer:
@@ -604,228 +452,3 @@ def classify(message: Any) -> str:
     if "id" in message and ("result" in message or "error" in message):
         return "response"
     return "invalid"
-
-
-# ---------------------------------------------------------------------------------------------- stdio
-
-
-async def run_stdio(options: Options) -> None:
-    out = sys.stdout.buffer
-    sys.stdout = sys.stderr  # a stray print() must never corrupt the JSON-RPC stream
-
-    async def send(message: JsonObj) -> None:
-        out.write(json.dumps(message).encode() + b"\n")
-        out.flush()
-
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    server = McplServer(options, send)
-
-    async def answer(message: JsonObj) -> None:
-        reply = await server.handle_request(message)
-        await send(reply.message)
-        for step in reply.after:
-            await step()
-
-    while line := await reader.readline():
-        if not line.strip():
-            continue
-        try:
-            message = json.loads(line)
-        except ValueError:
-            await send({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}})
-            continue
-        kind = classify(message)
-        if kind == "request":
-            server.spawn(answer(message))
-        elif kind == "notification":
-            await server.handle_notification(message)  # in order: chunks land before their final answer
-        elif kind == "response":
-            server.handle_response(message)
-        else:
-            await send({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Invalid Request"}})
-    log.info("stdin closed; exiting")
-    server.close()
-
-
-# ---------------------------------------------------------------------------------------------- HTTP
-
-
-class Outbox:
-    """Server-initiated messages waiting for a GET stream; a message taken but not delivered goes back."""
-
-    def __init__(self) -> None:
-        self.items: deque[JsonObj] = deque()
-        self.changed = asyncio.Event()
-        self.closed = False
-
-    def put(self, message: JsonObj, *, front: bool = False) -> None:
-        (self.items.appendleft if front else self.items.append)(message)
-        self.changed.set()
-
-    def close(self) -> None:
-        self.closed = True
-        self.changed.set()
-
-    async def get(self, timeout: float) -> JsonObj | None:
-        """The next message, or None after `timeout` seconds (or when closed)."""
-        if not self.items and not self.closed:
-            self.changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), timeout)
-        return self.items.popleft() if self.items and not self.closed else None
-
-
-@dataclass
-class HttpSession:
-    server: McplServer
-    outbox: Outbox
-
-
-def build_app(options: Options) -> Any:
-    from starlette.applications import Starlette
-    from starlette.background import BackgroundTask
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response, StreamingResponse
-    from starlette.routing import Route
-
-    sessions: dict[str, HttpSession] = {}
-
-    def rpc_error(status: int, code: int, message: str) -> JSONResponse:
-        return JSONResponse({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}, status)
-
-    def lookup(request: Request) -> HttpSession | JSONResponse:
-        session_id = request.headers.get("mcp-session-id")
-        if not session_id:
-            return rpc_error(400, -32600, "Missing Mcp-Session-Id header")
-        session = sessions.get(session_id)
-        if session is None:
-            return rpc_error(404, -32600, "Unknown or ended session")
-        return session
-
-    async def post(request: Request) -> Response:
-        try:
-            message = json.loads(await request.body())
-        except ValueError:
-            return rpc_error(400, -32700, "Parse error")
-        kind = classify(message)
-        if kind == "invalid":
-            return rpc_error(400, -32600, "Invalid Request (batches are not supported)")
-        if kind == "request" and message["method"] == "initialize":
-            session_id = uuid.uuid4().hex
-            outbox = Outbox()
-
-            async def send(outgoing: JsonObj, outbox: Outbox = outbox) -> None:
-                outbox.put(outgoing)
-
-            session = HttpSession(McplServer(options, send), outbox)
-            sessions[session_id] = session
-            reply = await session.server.handle_request(message)
-            log.info("new session %s", session_id)
-            return JSONResponse(reply.message, headers={"Mcp-Session-Id": session_id})
-        found = lookup(request)
-        if isinstance(found, JSONResponse):
-            return found
-        server = found.server
-        if kind == "request":
-            reply = await server.handle_request(message)
-
-            async def after(steps: list[AfterResponse] = reply.after) -> None:
-                for step in steps:
-                    await step()
-
-            return JSONResponse(reply.message, background=BackgroundTask(after) if reply.after else None)
-        if kind == "notification":
-            await server.handle_notification(message)
-        else:
-            server.handle_response(message)
-        return Response(status_code=202)
-
-    async def get(request: Request) -> Response:
-        if "text/event-stream" not in request.headers.get("accept", ""):
-            return rpc_error(406, -32600, "GET needs Accept: text/event-stream")
-        found = lookup(request)
-        if isinstance(found, JSONResponse):
-            return found
-        outbox = found.outbox
-
-        async def events() -> AsyncIterator[str]:
-            yield ": keepalive\n\n"  # flushes the stream open at once
-            pending: JsonObj | None = None
-            try:
-                while not outbox.closed:
-                    pending = await outbox.get(5.0)
-                    if pending is None:
-                        yield ": keepalive\n\n"
-                        continue
-                    yield f"data: {json.dumps(pending)}\n\n"
-                    pending = None
-            finally:
-                if pending is not None and not outbox.closed:
-                    outbox.put(pending, front=True)
-
-        return StreamingResponse(
-            events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        )
-
-    async def delete(request: Request) -> Response:
-        found = lookup(request)
-        if isinstance(found, JSONResponse):
-            return found
-        sessions.pop(request.headers["mcp-session-id"], None)
-        found.outbox.close()
-        found.server.close()
-        return Response(status_code=200)
-
-    async def mcp(request: Request) -> Response:
-        handler = {"POST": post, "GET": get, "DELETE": delete}[request.method]
-        return await handler(request)
-
-    return Starlette(routes=[Route("/mcp", mcp, methods=["POST", "GET", "DELETE"])])
-
-
-async def run_http(options: Options, port: int) -> None:
-    import uvicorn
-
-    config = uvicorn.Config(build_app(options), host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    await uvicorn.Server(config).serve()
-
-
-# ---------------------------------------------------------------------------------------------- CLI
-
-
-def parse_args(argv: list[str] | None = None) -> tuple[Options, int | None]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--role", required=True, choices=ROLES)
-    parser.add_argument("--http", type=int, metavar="PORT", help="serve Streamable HTTP on 127.0.0.1:PORT/mcp")
-    parser.add_argument("--name", help="serverInfo.name and push origin.server (default: the role)")
-    parser.add_argument("--hook-delay", type=float, default=0.0, metavar="SECONDS")
-    parser.add_argument("--tag", metavar="FEATURESET", help="featureSet to tag hook responses with")
-    parser.add_argument("--infer-in-hook", action="store_true", help="send inference/request inside beforeInference")
-    parser.add_argument("--redact", action="append", default=[], metavar="WORD", help="compliance: redact WORD too")
-    parser.add_argument("--ask-timeout", type=float, default=10.0, metavar="SECONDS")
-    parser.add_argument("--mcpl-version", help="MCPL version to declare (0.5: updates come as requests)")
-    ns = parser.parse_args(argv)
-    options = Options(
-        role=ns.role,
-        name=ns.name or ns.role,
-        hook_delay=ns.hook_delay,
-        tag=ns.tag,
-        infer_in_hook=ns.infer_in_hook,
-        redact=ns.redact,
-        ask_timeout=ns.ask_timeout,
-        mcpl_version=ns.mcpl_version,
-    )
-    return options, ns.http
-
-
-def main(argv: list[str] | None = None) -> None:
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="mcpl_server %(levelname)s %(message)s")
-    options, port = parse_args(argv)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run_http(options, port) if port is not None else run_stdio(options))
-
-
-if __name__ == "__main__":
-    main()
