@@ -16,10 +16,22 @@ MCPx answers on its topic socket with a ``system/error`` whose code is a string 
 a policy's denial of an envelope gets its code from :func:`mcpx_denial_code`, by the decision's
 outcome (``policies.chain.Outcome``, whose members are these label strings).
 
+MGP (§14 of the draft, ``docs/MGP_COMMUNICATION.md``) puts its application-level codes outside the
+JSON-RPC range, in ranges by category (1000-1099 security, 2000-2099 lifecycle, 3000-3099 resource,
+4000-4099 validation, 4100-4199 discovery, 5000-5099 external). They are the members of
+:class:`MgpCode` (a namespace of their own: ``MgpCode.RATE_LIMITED`` is 3000, not the gateway's
+-32029), and :func:`mgp_error_data` builds the ``error.data`` every one of them carries
+(``{"_mgp": {category, retryable, retry_after_ms?}}``, §14.4/§14.5). Only the gateway's *own* MGP
+errors use them; a backend's errors pass through unchanged. A refusal on policy grounds of a
+delivered ``tools/call`` is a Tool Rejection (§14.7), not an error: see ``adapters.mgp.rejection``.
+
 This module imports nothing of ours: every room may use it.
 """
 
 from __future__ import annotations
+
+from enum import IntEnum, unique
+from typing import Any
 
 # ---- JSON-RPC 2.0 ----------------------------------------------------------------------------
 PARSE_ERROR = -32700
@@ -71,6 +83,90 @@ _MCPX_DENIAL = {
     "spoofed": MCPX_INVALID_ENVELOPE,
     "reserved": MCPX_RESERVED_KIND,
 }
+
+
+# ---- MGP §14.2/§14.3 (0.3 seed and the 0.8 draft; application codes, outside JSON-RPC's range) ---
+@unique
+class MgpCode(IntEnum):
+    """Every §14.3 code the gateway may emit as an MGP peer (the seed's table, plus 4003 (0.5),
+    4004 and 4101 (0.8 additive)). A tool refused because its required permissions were not granted
+    is ``PERMISSION_DENIED`` (audited as ``TOOL_BLOCKED``, §6.4); one refused by access control is
+    ``ACCESS_DENIED``; by a validator ``VALIDATION_BLOCKED``; by code safety ``CODE_SAFETY_VIOLATION``."""
+
+    PERMISSION_DENIED = 1000
+    ACCESS_DENIED = 1001
+    AUTH_REQUIRED = 1002
+    AUTH_EXPIRED = 1003
+    VALIDATION_BLOCKED = 1010
+    CODE_SAFETY_VIOLATION = 1011
+    SERVER_NOT_READY = 2000
+    SERVER_DRAINING = 2001
+    SERVER_RESTARTING = 2002
+    RATE_LIMITED = 3000
+    RESOURCE_EXHAUSTED = 3001
+    QUOTA_EXCEEDED = 3002
+    TIMEOUT = 3003
+    INVALID_TOOL_ARGS = 4000
+    TOOL_NOT_FOUND = 4001
+    TOOL_DISABLED = 4002
+    TOOL_NAME_CONFLICT = 4003
+    RESOURCE_NOT_FOUND = 4004
+    SERVER_ALREADY_REGISTERED = 4101
+    UPSTREAM_ERROR = 5000
+    UPSTREAM_TIMEOUT = 5001
+    UPSTREAM_UNAVAILABLE = 5002
+
+
+# A tool call refused because a permission the tool needs was not granted: the §6.4 audit event type,
+# also the §14.7.2 rejection ``code`` (the §14.7.3 registry has none for this case); as a JSON-RPC
+# error (the seed's wire) it is ``MgpCode.PERMISSION_DENIED``.
+MGP_TOOL_BLOCKED = "TOOL_BLOCKED"
+
+# §14.2 ranges -> §14.5 category (the 4100 range is named "Discovery errors" in 0.8's §14.2).
+_MGP_CATEGORIES = (
+    (1000, 1099, "security"),
+    (2000, 2099, "lifecycle"),
+    (3000, 3099, "resource"),
+    (4000, 4099, "validation"),
+    (4100, 4199, "discovery"),
+    (5000, 5099, "external"),
+)
+# Whether retrying the same request can succeed (§14.5 ``retryable``; §14.3.1 for 4004).
+_MGP_RETRYABLE = frozenset(
+    {
+        MgpCode.SERVER_NOT_READY,
+        MgpCode.SERVER_DRAINING,
+        MgpCode.SERVER_RESTARTING,
+        MgpCode.RATE_LIMITED,
+        MgpCode.RESOURCE_EXHAUSTED,
+        MgpCode.TIMEOUT,
+        MgpCode.UPSTREAM_TIMEOUT,
+        MgpCode.UPSTREAM_UNAVAILABLE,
+    }
+)
+
+
+def mgp_category(code: int) -> str | None:
+    """The §14.5 category of an MGP code by its §14.2 range, or None outside every range."""
+    for low, high, category in _MGP_CATEGORIES:
+        if low <= code <= high:
+            return category
+    return None
+
+
+def mgp_error_data(code: int, *, retry_after_ms: int | None = None, **extra: Any) -> dict[str, Any]:
+    """``error.data`` of one of the gateway's MGP errors: ``{"_mgp": {category, retryable,
+    retry_after_ms?, ...extra}}`` (§14.4). ``extra`` carries the optional §14.5 fields
+    (``retry_strategy``, ``max_retries``, ``fallback_tool``, ``details``); a ``retry_after_ms`` is
+    only given for a retryable code."""
+    member = MgpCode(code)  # ValueError for a code that is not one of ours
+    retryable = member in _MGP_RETRYABLE
+    recovery: dict[str, Any] = {"category": mgp_category(member), "retryable": retryable}
+    if retry_after_ms is not None and retryable:
+        recovery["retry_after_ms"] = max(0, int(retry_after_ms))
+    recovery.update({key: value for key, value in extra.items() if value is not None})
+    return {"_mgp": recovery}
+
 
 _LEGACY_STATUS = {RATE_LIMITED: 429}
 _MODERN_STATUS = {

@@ -65,3 +65,86 @@ def test_mcpx_denials_have_their_system_error_codes() -> None:
     assert errors.mcpx_denial_code(Outcome.PINNED) is None and errors.mcpx_denial_code(Outcome.INVALID) is None
     # errors.py imports nothing of ours, so its table is keyed by label: every key must be one.
     assert all(Outcome(label) for label in errors._MCPX_DENIAL)
+
+
+# ---- MGP §14 ---------------------------------------------------------------------------------------------
+
+
+def test_mgp_codes_are_the_section_14_table() -> None:
+    table = {member.name: int(member) for member in errors.MgpCode}
+    assert table == {
+        "PERMISSION_DENIED": 1000,
+        "ACCESS_DENIED": 1001,
+        "AUTH_REQUIRED": 1002,
+        "AUTH_EXPIRED": 1003,
+        "VALIDATION_BLOCKED": 1010,
+        "CODE_SAFETY_VIOLATION": 1011,
+        "SERVER_NOT_READY": 2000,
+        "SERVER_DRAINING": 2001,
+        "SERVER_RESTARTING": 2002,
+        "RATE_LIMITED": 3000,
+        "RESOURCE_EXHAUSTED": 3001,
+        "QUOTA_EXCEEDED": 3002,
+        "TIMEOUT": 3003,
+        "INVALID_TOOL_ARGS": 4000,
+        "TOOL_NOT_FOUND": 4001,
+        "TOOL_DISABLED": 4002,
+        "TOOL_NAME_CONFLICT": 4003,
+        "RESOURCE_NOT_FOUND": 4004,
+        "SERVER_ALREADY_REGISTERED": 4101,
+        "UPSTREAM_ERROR": 5000,
+        "UPSTREAM_TIMEOUT": 5001,
+        "UPSTREAM_UNAVAILABLE": 5002,
+    }
+    # Outside JSON-RPC's range, and no clash with the gateway's own numbers (MGP's RATE_LIMITED is not ours).
+    assert all(1000 <= code <= 5099 for code in table.values())
+    assert errors.MgpCode.RATE_LIMITED != errors.RATE_LIMITED
+    assert not set(table.values()) & set(codes().values())
+    # Every MGP code answers with HTTP 200 in both eras: it is an application error, not a transport one.
+    assert {errors.http_status(code, modern=m) for code in errors.MgpCode for m in (False, True)} == {200}
+
+
+@pytest.mark.parametrize(
+    ("code", "category", "retryable"),
+    [
+        (errors.MgpCode.PERMISSION_DENIED, "security", False),
+        (errors.MgpCode.CODE_SAFETY_VIOLATION, "security", False),
+        (errors.MgpCode.SERVER_NOT_READY, "lifecycle", True),
+        (errors.MgpCode.SERVER_DRAINING, "lifecycle", True),
+        (errors.MgpCode.RATE_LIMITED, "resource", True),
+        (errors.MgpCode.QUOTA_EXCEEDED, "resource", False),
+        (errors.MgpCode.TIMEOUT, "resource", True),
+        (errors.MgpCode.INVALID_TOOL_ARGS, "validation", False),
+        (errors.MgpCode.TOOL_NAME_CONFLICT, "validation", False),
+        (errors.MgpCode.RESOURCE_NOT_FOUND, "validation", False),  # §14.3.1
+        (errors.MgpCode.SERVER_ALREADY_REGISTERED, "discovery", False),
+        (errors.MgpCode.UPSTREAM_ERROR, "external", False),
+        (errors.MgpCode.UPSTREAM_UNAVAILABLE, "external", True),
+    ],
+)
+def test_mgp_error_data(code: errors.MgpCode, category: str, retryable: bool) -> None:
+    assert errors.mgp_error_data(code) == {"_mgp": {"category": category, "retryable": retryable}}
+    with_delay = errors.mgp_error_data(code, retry_after_ms=5000)["_mgp"]
+    assert ("retry_after_ms" in with_delay) is retryable  # a delay only where a retry can succeed
+    assert errors.mgp_error_data(int(code)) == errors.mgp_error_data(code)
+
+
+def test_mgp_error_data_extras_and_bad_codes() -> None:
+    data = errors.mgp_error_data(
+        3000, retry_after_ms=-5, retry_strategy="exponential_backoff", max_retries=3, fallback_tool=None
+    )
+    assert data == {
+        "_mgp": {
+            "category": "resource",
+            "retryable": True,
+            "retry_after_ms": 0,
+            "retry_strategy": "exponential_backoff",
+            "max_retries": 3,
+        }
+    }
+    assert errors.MGP_TOOL_BLOCKED == "TOOL_BLOCKED"  # audit event type and rejection code, not a number
+    assert errors.mgp_category(4150) == "discovery" and errors.mgp_category(999) is None
+    with pytest.raises(ValueError):
+        errors.mgp_error_data(1234)
+    with pytest.raises(ValueError):
+        errors.mgp_error_data(errors.RATE_LIMITED)
