@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format bench bench-mcpx bench-mcpl bench-router test-deps clean
+.PHONY: run test lint format bench bench-mcpx bench-mcpl bench-router bench-mgp test-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,10 @@ bench-mcpl: $(STAMP)
 # Router CPU per tools/call, in-process (no sockets): for A/B comparisons on a noisy machine.
 bench-router: $(STAMP)
 	$(BIN)/python bench/router_cpu.py $(ARGS)
+
+# MGP §16 tool discovery: search p50/p99 over 1,000 synthetic tools, full rebuild and per-backend update cost.
+bench-mgp: $(STAMP)
+	$(BIN)/python bench/mgp_discovery.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .cache build *.egg-info
