@@ -543,3 +543,165 @@ def test_mcpl_section_names_real_backends() -> None:
         Config.model_validate({"backends": {"mem": {"transport": "builtin"}}, "mcpl": {"hook_order": ["ghost"]}})
     with pytest.raises(ValueError, match=r"mcpl\.after_inference_failure"):
         Config.model_validate({"mcpl": {"after_inference_failure": "maybe"}})
+
+
+# ---- mgp ---------------------------------------------------------------------------------------
+
+
+def test_mgp_defaults() -> None:
+    mgp = Config().mgp
+    assert mgp.permission_policy == "config_only"
+    assert mgp.approved_permissions == [] and mgp.access == [] and mgp.tools == {} and mgp.trust == {}
+    assert mgp.grant_ttl_s == 86400
+    assert mgp.default_access == "opt-out"
+
+
+def test_mgp_every_field_is_documented() -> None:
+    from gateway.config import Mgp, MgpAccessEntry, MgpCodeSafety, MgpToolSecurity
+
+    for model in (Mgp, MgpAccessEntry, MgpCodeSafety, MgpToolSecurity):
+        for name, info in model.model_fields.items():
+            assert info.description, f"{model.__name__}.{name} has no description"
+    assert Config.model_fields["mgp"].description
+
+
+def test_a_full_mgp_section() -> None:
+    config = parse_config(
+        textwrap.dedent(
+            """\
+            backends:
+              term: {transport: stdio, command: term-server}
+              files: {transport: builtin}
+            mgp:
+              permission_policy: interactive
+              approved_permissions: [filesystem.read, 'memory.*']
+              grant_ttl_s: 3600
+              default_access: opt-in
+              access:
+                - {agent_id: alice, server_id: files, permission: allow}
+                - {agent_id: alice, server_id: term, tool_name: run, permission: deny}
+              tools:
+                term:
+                  run:
+                    risk_level: dangerous
+                    validator: sandbox
+                    permissions_required: [shell.execute]
+                    side_effects: [process, filesystem]
+                    reversible: false
+                    confirmation_required: true
+                  eval:
+                    validator: code_safety
+                    code_safety: {level: strict, max_code_size_bytes: 10000, allowed_imports: [json]}
+              trust:
+                term: experimental
+                files: core
+            """
+        ),
+        "cfg.yaml",
+        environ={},
+    )
+    mgp = config.mgp
+    assert mgp.permission_policy == "interactive" and mgp.default_access == "opt-in" and mgp.grant_ttl_s == 3600
+    assert mgp.approved_permissions == ["filesystem.read", "memory.*"]
+    assert [(e.agent_id, e.server_id, e.tool_name, e.permission) for e in mgp.access] == [
+        ("alice", "files", None, "allow"),
+        ("alice", "term", "run", "deny"),
+    ]
+    run = mgp.tools["term"]["run"]
+    assert (run.risk_level, run.validator, run.permissions_required) == ("dangerous", "sandbox", ["shell.execute"])
+    assert run.side_effects == ["process", "filesystem"] and run.reversible is False and run.confirmation_required
+    safety = mgp.tools["term"]["eval"].code_safety
+    assert safety is not None and (safety.level, safety.language, safety.max_code_size_bytes) == (
+        "strict",
+        "python",
+        10000,
+    )
+    assert mgp.tools["term"]["eval"].risk_level is None, "unset: derived by the §4.6 rule"
+    assert mgp.trust == {"term": "experimental", "files": "core"}
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "path"),
+    [
+        ("mgp:\n  permission_policy: yolo\n", 2, "mgp.permission_policy"),
+        ("mgp:\n  default_access: closed\n", 2, "mgp.default_access"),
+        ("mgp:\n  grant_ttl_s: 0\n", 2, "mgp.grant_ttl_s"),
+        ("mgp:\n  approved_permissions: ['']\n", 2, "mgp.approved_permissions.0"),
+        ("mgp:\n  approved_permissions: [' shell']\n", 2, "mgp.approved_permissions.0"),
+        ("mgp:\n  access:\n    - {agent_id: a, permission: allow}\n", 3, "mgp.access.0.server_id"),
+        ("mgp:\n  access:\n    - {agent_id: a, server_id: s, permission: maybe}\n", 3, "mgp.access.0.permission"),
+        ("mgp:\n  access:\n    - {agent_id: '', server_id: s, permission: allow}\n", 3, "mgp.access.0.agent_id"),
+        ("mgp:\n  access:\n    - {agent_id: a, server_id: s, permission: allow, tool: x}\n", 3, "mgp.access.0.tool"),
+        ("mgp:\n  tools:\n    s:\n      t: {risk_level: extreme}\n", 4, "mgp.tools.s.t.risk_level"),
+        ("mgp:\n  tools:\n    s:\n      t: {validator: magic}\n", 4, "mgp.tools.s.t.validator"),
+        ("mgp:\n  tools:\n    s:\n      t: {side_effects: [time]}\n", 4, "mgp.tools.s.t.side_effects.0"),
+        ("mgp:\n  tools:\n    s:\n      t: {code_safety: {level: lax}}\n", 4, "mgp.tools.s.t.code_safety.level"),
+        ("mgp:\n  tools:\n    s:\n      t: {danger: true}\n", 4, "mgp.tools.s.t.danger"),
+        ("mgp:\n  trust:\n    s: trusted\n", 3, "mgp.trust.s"),
+        ("mgp:\n  yolo: true\n", 2, "mgp.yolo"),
+    ],
+)
+def test_mgp_field_constraints(text: str, line: int, path: str) -> None:
+    issue = one_issue(text)
+    assert (issue.line, issue.path) == (line, path)
+    assert issue.reason
+
+
+@pytest.mark.parametrize(
+    ("section", "line", "path"),
+    [
+        ("  tools:\n    files: {}\n    ghost:\n      run: {validator: sandbox}\n", 8, "mgp.tools.ghost"),
+        ("  trust:\n    ghost: core\n", 7, "mgp.trust.ghost"),
+        ("  access:\n    - {agent_id: a, server_id: ghost, permission: deny}\n", 7, "mgp.access.0.server_id"),
+    ],
+)
+def test_mgp_names_real_backends(section: str, line: int, path: str) -> None:
+    issue = one_issue("backends:\n  files:\n    transport: builtin\n  term: {transport: builtin}\nmgp:\n" + section)
+    assert (issue.line, issue.path) == (line, path)
+    assert issue.reason == "no backend named 'ghost' (backends: files, term)"
+
+
+def test_mgp_unknown_backends_are_named_together() -> None:
+    issue = one_issue("mgp:\n  trust:\n    a: core\n    b: core\n  tools:\n    a: {}\n")
+    assert (issue.line, issue.path) == (6, "mgp.tools.a")
+    assert issue.reason == "no backend named 'a', 'b' (backends: none configured)"
+
+
+def test_check_command_explains_a_bad_mgp_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "mgp.yaml"
+    path.write_text(
+        "backends:\n  files: {transport: builtin}\n"
+        "mgp:\n  permission_policy: yolo\n  tools:\n    fils:\n"
+        "      write: {permissions_required: [filesystem.write]}\n"
+    )
+    assert cli_main(["check", "-c", str(path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == (
+        f"error: {path}:4: mgp.permission_policy: "
+        "Input should be 'interactive', 'auto_approve', 'deny_all' or 'config_only'"
+    )
+    assert err[-1] == f"1 error(s) in {path}", "the cross-reference is checked once the fields are valid"
+    path.write_text(path.read_text().replace("yolo", "auto_approve"))
+    assert cli_main(["check", "-c", str(path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"error: {path}:6: mgp.tools.fils: no backend named 'fils' (backends: files)",
+        f"1 error(s) in {path}",
+    ]
+    path.write_text(path.read_text().replace("fils", "files"))
+    assert cli_main(["check", "-c", str(path)]) == 0
+    assert "ok (1 backend(s)" in capsys.readouterr().out
+
+
+def test_mgp_contradicting_access_entries() -> None:
+    text = (
+        "backends:\n  s: {transport: builtin}\nmgp:\n  access:\n"
+        "    - {agent_id: a, server_id: s, permission: allow}\n"
+        "    - {agent_id: a, server_id: s, tool_name: t, permission: deny}\n"
+        "    - {agent_id: a, server_id: s, permission: allow}\n"
+        "    - {agent_id: a, server_id: s, permission: deny}\n"
+    )
+    issue = one_issue(text)
+    assert (issue.line, issue.path) == (8, "mgp.access.3")
+    assert issue.reason == "contradicts mgp.access.0 (same agent_id, server_id and tool_name)"
+    assert parse_config(text.rsplit("    - ", 1)[0], "cfg.yaml", environ={}).mgp.access[2].permission == "allow"
