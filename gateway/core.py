@@ -19,6 +19,7 @@ from gateway.mcpl import McplRelay
 from gateway.mcpx.bridge import BackendParticipants
 from gateway.mcpx.hub import TopicHub
 from gateway.metrics import Metrics
+from gateway.mgp.kernel import Kernel
 from gateway.mrtr import Parking
 from gateway.routing import Router
 from gateway.routing.backend_events import BackendEvents
@@ -134,6 +135,8 @@ class Gateway:
             self.catalogs, self.sessions, self.subscriptions, levels, self.mcpl, self.metrics, config.limits
         )
         self._twin_events = TwinEvents(backend_events)
+        # MGP: the gateway is the kernel of every backend (gateway/mgp/kernel.py).
+        self.mgp_kernel = Kernel(config.mgp)
         client_info = self._client_info = {"name": "switchboard", "version": __version__}
         self.connections.update(
             (
@@ -147,6 +150,7 @@ class Gateway:
                     sse_fallback=partial(make_carrier, name, cfg.model_copy(update={"transport": "sse"}), config.limits)
                     if cfg.transport == "http"
                     else None,
+                    kernel=self.mgp_kernel,
                 ),
             )
             for name, cfg in config.backends.items()
@@ -177,6 +181,7 @@ class Gateway:
             self._twin_events,
             self._client_info,
             offer_mcpl=False,
+            kernel=self.mgp_kernel,
         )
 
     # ---- lifecycle ---------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from adapters import mcp_modern, mcpl
 from gateway import jsonrpc
 from gateway.config import Backend as BackendConfig
 from gateway.upstreams.base import Carrier, CarrierClosed
-from gateway.upstreams.handshake import GATEWAY_CLIENT_CAPABILITIES, Era, Handshake
+from gateway.upstreams.handshake import GATEWAY_CLIENT_CAPABILITIES, BackendKernel, Era, Handshake
 from gateway.upstreams.listen import ListenOwner, ListenStream
 
 log = logging.getLogger(__name__)
@@ -83,13 +83,16 @@ class BackendConnection:
         client_info: dict[str, Any],
         sse_fallback: Callable[[], Carrier] | None = None,
         offer_mcpl: bool = True,
+        kernel: BackendKernel | None = None,
     ) -> None:
         self.name = name
         self.config = config
         self._factory = carrier_factory
         self._sse_fallback = sse_fallback
         self._handshake_step: str | None = None  # the handshake request in flight (for errors)
-        self._handshake = Handshake(name, config, client_info, offer_mcpl, sse_possible=sse_fallback is not None)
+        self._handshake = Handshake(
+            name, config, client_info, offer_mcpl, sse_possible=sse_fallback is not None, kernel=kernel
+        )
         self._handler = handler
         self._client_info = client_info
         self._carrier: Carrier | None = None

@@ -39,6 +39,17 @@ GATEWAY_CLIENT_CAPABILITIES: dict[str, Any] = {
 PROBE_TIMEOUT_S = 5.0
 
 
+class BackendKernel(Protocol):
+    """The kernel's part in a handshake (MGP, gateway/mgp/kernel.py): what it offers in
+    ``initialize``, and what it sends between the result and ``notifications/initialized``."""
+
+    def offer(self) -> dict[str, Any]: ...
+
+    async def on_initialized(
+        self, exchange: Exchange, backend: str, result: dict[str, Any], timeout: float
+    ) -> None: ...
+
+
 class Exchange(Protocol):
     """A request of the handshake, sent by the connection in ``era`` (its envelope and headers)."""
 
@@ -57,9 +68,16 @@ class Agreed:
 
 class Handshake:
     def __init__(
-        self, name: str, config: BackendConfig, client_info: dict[str, Any], offer_mcpl: bool, sse_possible: bool
+        self,
+        name: str,
+        config: BackendConfig,
+        client_info: dict[str, Any],
+        offer_mcpl: bool,
+        sse_possible: bool,
+        kernel: BackendKernel | None = None,
     ) -> None:
         self._name = name
+        self._kernel = kernel
         self._config = config
         self._client_info = client_info
         self._offer_mcpl = offer_mcpl
@@ -78,11 +96,11 @@ class Handshake:
             if "error" in response and (found := await self._probe_modern(exchange, False)) is not None:
                 return self._modern(found)
             self.known_era = "legacy"
-            return await self._finish_legacy(carrier, response)
+            return await self._finish_legacy(exchange, carrier, response)
         if wanted in ("auto", "modern") and (found := await self._probe_modern(exchange, wanted == "modern")):
             return self._modern(found)
         self.known_era = "legacy"
-        return await self._finish_legacy(carrier, await self._initialize(exchange))
+        return await self._finish_legacy(exchange, carrier, await self._initialize(exchange))
 
     def went_away(self, step: str) -> None:
         """The backend died while ``step`` was asked. A server that dies on the modern probe is a
@@ -101,10 +119,13 @@ class Handshake:
             # Every backend is offered MCPL: servers only show it to hosts that advertise it, and
             # an MCP server ignores what it does not know under ``experimental``.
             capabilities = {**capabilities, "experimental": {"mcpl": mcpl.HOST_CAPABILITIES}}
+        if self._kernel is not None:
+            # MGP §2.2: the kernel's offer; a plain MCP server ignores a capability it does not know.
+            capabilities = {**capabilities, "mgp": self._kernel.offer()}
         params = {"protocolVersion": LATEST_LEGACY, "capabilities": capabilities, "clientInfo": self._client_info}
         return await exchange.handshake_request("initialize", params, "legacy", self._config.connect_timeout_s)
 
-    async def _finish_legacy(self, carrier: Carrier, response: dict[str, Any]) -> Agreed:
+    async def _finish_legacy(self, exchange: Exchange, carrier: Carrier, response: dict[str, Any]) -> Agreed:
         """Complete the legacy handshake from the answer to ``initialize``."""
         if "error" in response:
             if (
@@ -123,6 +144,9 @@ class Handshake:
             raise ConnectionError("initialize result lacks protocolVersion")
         if result["protocolVersion"] not in LEGACY_VERSIONS:
             log.warning("backend %s answered protocol %s; continuing", self._name, result["protocolVersion"])
+        if self._kernel is not None:
+            # MGP: grants go after the initialize result and before notifications/initialized.
+            await self._kernel.on_initialized(exchange, self._name, result, self._config.connect_timeout_s)
         await carrier.send(jsonrpc.notification("notifications/initialized"))
         await carrier.ready()
         return Agreed("legacy", result)

@@ -1,0 +1,113 @@
+"""The gateway as the MGP kernel toward its backends: the offer, the negotiation, the grants (§2, §3).
+
+Every backend's ``initialize`` carries ``capabilities.mgp`` (the version we speak best and the
+extensions the gateway implements as a kernel); a plain MCP server ignores it. A backend that
+answers with ``mgp`` (top level or ``experimental``, read by ``adapters.mgp.caps``) is spoken to in
+the highest version both support (a mismatch is logged, never fatal); the active extensions are
+the intersection (§2.4). Its ``permissions_required`` are decided by ``mgp.permission_policy``
+(``policies/mgp_permissions.py``), and the grants go to it as ``mgp/permission/grant`` after the
+initialize result and **before** ``notifications/initialized``, in object form with
+``expires_at``, as the real kernel does (WIRE.md: the method name is the same in every version).
+
+Invariants: the kernel never blocks a handshake on a person (permissions left pending by
+``interactive`` are not granted yet); a backend that refuses the grant request still connects (it
+degrades as MGP allows); what was negotiated and granted per backend is kept for the policies
+(``grants_of``) and replaced on every (re)connect.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from adapters.mgp import caps, extensions, versions
+from gateway.config import Mgp as MgpConfig
+from policies.mgp_permissions import Grant, PermissionDecider, granted_names
+
+log = logging.getLogger(__name__)
+
+# What the gateway does as a kernel today (canonical names): it decides permissions and reads
+# each tool's security metadata. More join as they are built (audit, lifecycle, streaming...).
+KERNEL_EXTENSIONS = frozenset({"permissions", "tool_security"})
+GRANT_METHOD = "mgp/permission/grant"
+
+
+class Exchange(Protocol):
+    """How the kernel sends a request during a backend's handshake (gateway/upstreams/handshake.py)."""
+
+    async def handshake_request(
+        self, method: str, params: dict[str, Any], era: Literal["legacy", "modern"], timeout: float, probe: bool = False
+    ) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BackendMgp:
+    """What one backend negotiated and was granted on its latest connect."""
+
+    negotiation: versions.Negotiation
+    active: frozenset[str]
+    permissions_required: tuple[str, ...]
+    grants: Mapping[str, Grant]
+    pending: tuple[str, ...]
+    acknowledged: bool  # the backend answered the grant request with a result
+
+
+class Kernel:
+    def __init__(self, config: MgpConfig, decider: PermissionDecider | None = None) -> None:
+        self._decider = decider or PermissionDecider(
+            config.permission_policy, config.approved_permissions, config.grant_ttl_s
+        )
+        self._request_ids = itertools.count(1)
+        self._backends: dict[str, BackendMgp] = {}
+
+    def offer(self) -> dict[str, Any]:
+        """``capabilities.mgp`` of every ``initialize`` the gateway sends."""
+        return caps.build(versions.LATEST, KERNEL_EXTENSIONS)
+
+    async def on_initialized(self, exchange: Exchange, backend: str, result: Mapping[str, Any], timeout: float) -> None:
+        """After a backend's initialize result, before ``notifications/initialized``: negotiate, and
+        send the grants its ``permissions_required`` call for."""
+        declared = caps.read(result)
+        if declared is None:
+            self._backends.pop(backend, None)  # plain MCP (again): nothing was negotiated
+            return
+        negotiation = versions.negotiate(versions.SUPPORTED, declared.version, peer=f"backend {backend}")
+        active = extensions.active(KERNEL_EXTENSIONS, declared.extensions)
+        answer = self._decider.decide(declared.permissions_required)
+        acknowledged = False
+        if declared.permissions_required:
+            params = {k: v for k, v in answer.params(f"sb-perm-{next(self._request_ids)}").items() if v is not None}
+            response = await exchange.handshake_request(GRANT_METHOD, params, "legacy", timeout)
+            acknowledged = "result" in response
+            if not acknowledged:
+                error = response.get("error")
+                message = error.get("message") if isinstance(error, dict) else response
+                log.warning("backend %s did not take its MGP grants: %s", backend, message)
+        if answer.pending:
+            log.info(
+                "backend %s: permissions %s wait for an operator (mgp.permission_policy: interactive)",
+                backend,
+                ", ".join(answer.pending),
+            )
+        self._backends[backend] = BackendMgp(
+            negotiation, active, declared.permissions_required, dict(answer.grants), answer.pending, acknowledged
+        )
+        log.info(
+            "backend %s speaks MGP %s (extensions %s); granted %s",
+            backend,
+            negotiation.version,
+            ", ".join(sorted(active)) or "none",
+            ", ".join(sorted(granted_names(answer.grants, time.time()))) or "nothing",
+        )
+
+    def backend(self, name: str) -> BackendMgp | None:
+        """What ``name`` negotiated on its latest connect (None: it does not speak MGP)."""
+        return self._backends.get(name)
+
+    def grants_of(self, name: str) -> Mapping[str, Grant]:
+        found = self._backends.get(name)
+        return found.grants if found is not None else {}

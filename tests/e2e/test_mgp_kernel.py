@@ -1,0 +1,52 @@
+"""The gateway as the MGP kernel of a real subprocess backend (gateway/mgp/kernel.py, MGP §2-§3).
+
+The backend (tests/e2e/backends/mgp_server.py) declares MGP 0.3 under ``experimental`` with
+``permissions_required``, as Python-SDK-based servers do. The gateway must offer MGP in its
+``initialize``, decide the permissions by ``mgp.permission_policy`` and send the grants as
+``mgp/permission/grant`` after the initialize result and before ``notifications/initialized``, in
+object form with ``expires_at`` (the real kernel's shape).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import mcp_types as types
+import pytest
+from mcp.client import Client
+
+from tests.support import run_gateway, stdio_backend
+
+pytestmark = [pytest.mark.timeout(60)]
+
+
+def _text(result: types.CallToolResult) -> str:
+    return " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+async def test_grants_go_after_the_initialize_result_and_before_initialized() -> None:
+    config = {
+        "backends": {"mgp": stdio_backend("tests.e2e.backends.mgp_server", required=True)},
+        "mgp": {"permission_policy": "config_only", "approved_permissions": ["filesystem.*"], "grant_ttl_s": 3600},
+    }
+    with run_gateway(config) as gw:
+        async with Client(gw.mcp, mode="legacy", read_timeout_seconds=30) as client:
+            seen = json.loads(_text(await client.call_tool("handshake_log", {})))
+    assert seen["received"][:3] == ["initialize", "mgp/permission/grant", "notifications/initialized"]
+    assert seen["offered"]["version"].startswith("0.") and "permissions" in seen["offered"]["extensions"]
+    grants = seen["grants"]
+    assert set(grants) == {"shell.execute", "filesystem.read"}
+    assert grants["shell.execute"] == {"decision": "denied"}, "config_only denies what it does not list"
+    assert grants["filesystem.read"]["decision"] == "approved"
+    expires = datetime.fromisoformat(grants["filesystem.read"]["expires_at"].replace("Z", "+00:00"))
+    assert 3000 < (expires - datetime.now(expires.tzinfo)).total_seconds() <= 3600
+
+
+async def test_a_backend_without_permissions_gets_no_grant_request() -> None:
+    config = {"backends": {"mgp": stdio_backend("tests.e2e.backends.mgp_server", "--none", required=True)}}
+    with run_gateway(config) as gw:
+        async with Client(gw.mcp, mode="legacy", read_timeout_seconds=30) as client:
+            seen = json.loads(_text(await client.call_tool("handshake_log", {})))
+    assert seen["received"][:2] == ["initialize", "notifications/initialized"]
+    assert seen["grants"] == {}
