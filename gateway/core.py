@@ -20,6 +20,7 @@ from gateway.mcpx.bridge import BackendParticipants
 from gateway.mcpx.hub import TopicHub
 from gateway.metrics import Metrics
 from gateway.mgp.kernel import Kernel
+from gateway.mgp.tool_facts import ToolFacts
 from gateway.mrtr import Parking
 from gateway.routing import Router
 from gateway.routing.backend_events import BackendEvents
@@ -43,6 +44,8 @@ from policies.hook_answers import HookAnswerPolicy
 from policies.hook_inference import InferenceInHookPolicy
 from policies.load import LoadPolicy
 from policies.mcpx_envelope import McpxReservedKindPolicy, McpxSenderPolicy
+from policies.mgp_access import AccessTable, MgpAccessPolicy
+from policies.mgp_permissions import MgpPermissionPolicy
 from policies.pinning import PinningPolicy, PinStore
 from policies.ratelimit import RateLimitPolicy
 from policies.scope_elevation import ScopeElevationPolicy
@@ -71,6 +74,10 @@ class Gateway:
                 RateLimitPolicy(config.rate_limits, self.bus),
                 ArgumentValidationPolicy(name for name, b in config.backends.items() if b.validate_arguments),
                 PinningPolicy(self.pins),
+                MgpAccessPolicy(
+                    AccessTable((e.model_dump(exclude_none=True) for e in config.mgp.access), config.mgp.default_access)
+                ),  # MGP §5: which agent may call which tool (also hides what it refuses)
+                MgpPermissionPolicy(),  # MGP §3: a tool whose required permissions were not granted
                 ScopePolicy(),  # MCPL: scoped tools/call (facts from gateway/mcpl)
                 FeatureSetPolicy(),  # MCPL: messages a backend initiates, held to their feature set
                 ScopeElevationPolicy(),  # MCPL: a backend's scope/elevate, where the patterns decide
@@ -111,6 +118,10 @@ class Gateway:
         self.subscriptions = Subscriptions(self.connections, self.sessions)
         levels = BackendLevels(self.connections, self.sessions)
         self.client_messages = ClientMessages(self.connections, self.subscriptions, self.mcpl)
+        # MGP: the gateway is the kernel of every backend (gateway/mgp/kernel.py); what its members of
+        # the chain need per tools/call comes from gateway/mgp/tool_facts.py.
+        self.mgp_kernel = Kernel(config.mgp)
+        self.mgp_tools = ToolFacts(config.mgp, self.mgp_kernel)
         # Legacy-era twins of dual-era backends, opened on first need (the handler is made below).
         self.affinity = EraAffinity(self._legacy_twin, config.limits.startup_wait_s)
         self.router = Router(
@@ -126,6 +137,7 @@ class Gateway:
             client_messages=self.client_messages,
             levels=levels,
             mcpl=self.mcpl,
+            tool_facts=self.mgp_tools.for_call,
             sessions=self.sessions,
             identity=self.server_identity,
             audit=self.audit,
@@ -135,8 +147,6 @@ class Gateway:
             self.catalogs, self.sessions, self.subscriptions, levels, self.mcpl, self.metrics, config.limits
         )
         self._twin_events = TwinEvents(backend_events)
-        # MGP: the gateway is the kernel of every backend (gateway/mgp/kernel.py).
-        self.mgp_kernel = Kernel(config.mgp)
         client_info = self._client_info = {"name": "switchboard", "version": __version__}
         self.connections.update(
             (

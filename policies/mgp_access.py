@@ -240,6 +240,12 @@ class AccessTable:
     def allows(self, agent_id: str, server_id: str, tool_name: str | None = None) -> bool:
         return self.resolve(agent_id, server_id, tool_name).allowed
 
+    @property
+    def open_to_all(self) -> bool:
+        """No entry anywhere and ``opt-out``: every agent may call every tool (the common case, so the
+        chain's member answers it without resolving)."""
+        return self.default == "opt-out" and not self._static and not self.store.entries()
+
     # ---- the wire: mgp/access/query|grant|revoke and the mgp.access.* kernel tools ----------------
 
     def query(self, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -331,12 +337,12 @@ class MgpAccessPolicy:
         self.table = table
 
     def visible(self, action: str, principal: Principal, target: Target | None) -> bool:
-        if target is None or target.name is None or not action.startswith(_CALL_PREFIX):
+        if target is None or target.name is None or not action.startswith(_CALL_PREFIX) or self.table.open_to_all:
             return True
         return self.table.allows(principal.name, target.backend, target.name)
 
     async def check(self, event: Event, principal: Principal, target: Target | None) -> Decision | None:
-        if target is None or event.method != "tools/call" or target.name is None:
+        if target is None or event.method != "tools/call" or target.name is None or self.table.open_to_all:
             return None
         resolution = self.table.resolve(principal.name, target.backend, target.name)
         if resolution.allowed:

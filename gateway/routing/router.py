@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import adapters
@@ -64,6 +64,8 @@ _KNOWN_METHODS = frozenset(
 _OUTCOME_OF_CODE = {jsonrpc.BACKEND_UNAVAILABLE: "unavailable", jsonrpc.BACKEND_TIMEOUT: "timeout"}
 
 Identity = Callable[[View], dict[str, Any]]
+# What MGP's members of the chain need for a tools/call (gateway/mgp/tool_facts.py), or None.
+ToolFactsOf = Callable[[str, str, Mapping[str, Any] | None], dict[str, Any] | None]
 
 
 class Router:
@@ -77,6 +79,7 @@ class Router:
         client_messages: ClientMessages,
         levels: BackendLevels,
         mcpl: McplRelay,
+        tool_facts: ToolFactsOf,
         sessions: SessionStore,
         identity: Identity,
         audit: AuditLog,
@@ -89,6 +92,7 @@ class Router:
         self._client = client_messages
         self._levels = levels
         self._mcpl = mcpl
+        self._tool_facts = tool_facts
         self._sessions = sessions
         self._identity = identity
         self._audit = audit
@@ -286,6 +290,10 @@ class Router:
             item = merged.by_key.get(event.params["name"]) if merged is not None else None
             # MCPL §7.7: what the scope check needs, only for calls that carry a scope.
             facts = self._mcpl.call_facts(session, backend, event.params) if "scope" in params else None
+            # MGP §3-§4: the tool's effective security metadata and its backend's grants.
+            mgp_facts = self._tool_facts(backend, original, item)
+            if mgp_facts is not None:
+                facts = {**facts, **mgp_facts} if facts else mgp_facts
             decision = await self._chain.dispatch(event, call.principal, Target(backend, original, item, facts))
             if not decision.allowed:
                 raise PolicyDenied(decision, backend)

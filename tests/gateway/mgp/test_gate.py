@@ -1,0 +1,106 @@
+"""MGP's protections on a plain MCP backend, in-process (MGP §3, §4, §5): the operator attaches
+security metadata in config, and calls are held to permissions and access control by the chain.
+
+A real Gateway with the builtin demo backend (plain MCP); requests go to ``Router.handle``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from gateway import jsonrpc
+from gateway.config import Config
+from gateway.core import Gateway
+from gateway.errors import MgpCode
+from gateway.sessions import ClientSession
+from policies.auth import Credentials
+from tests.support import initialize_request
+
+pytestmark = pytest.mark.timeout(30)
+
+ECHO = {"name": "echo", "arguments": {"text": "hi"}}
+ADD = {"name": "add", "arguments": {"a": 1, "b": 2}}
+
+
+def rpc(method: str, params: dict[str, Any] | None = None, rpc_id: Any = 1) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rpc_id, "method": method, **({"params": params} if params is not None else {})}
+
+
+async def started(mgp: dict[str, Any]) -> AsyncIterator[Gateway]:
+    config = Config.model_validate(
+        {"backends": {"demo": {"transport": "builtin"}}, "federation": {"prefix": "never"}, "mgp": mgp}
+    )
+    gw = Gateway(config)
+    await gw.start()
+    try:
+        assert await gw.connections["demo"].wait_ready(10)
+        yield gw
+    finally:
+        await gw.stop()
+
+
+async def session_of(gw: Gateway) -> ClientSession:
+    session = gw.open_session("test", gw.federated, Credentials("anonymous", "anonymous"))
+    await gw.router.handle(session, initialize_request(0), jsonrpc.Shape.REQUEST, session.standalone)
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    await gw.router.handle(session, note, jsonrpc.Shape.NOTIFICATION, session.standalone)
+    return session
+
+
+async def ask(gw: Gateway, session: ClientSession, message: dict[str, Any]) -> dict[str, Any]:
+    answer = await gw.router.handle(session, message, jsonrpc.Shape.REQUEST, session.standalone)
+    assert answer is not None
+    return answer
+
+
+async def test_a_tool_whose_configured_permission_is_not_granted_is_blocked_before_the_backend() -> None:
+    mgp = {"tools": {"demo": {"echo": {"permissions_required": ["shell.execute"]}}}, "approved_permissions": ["fs.*"]}
+    async for gw in started(mgp):
+        session = await session_of(gw)
+        blocked = await ask(gw, session, rpc("tools/call", ECHO))
+        error = blocked["error"]
+        assert error["code"] == MgpCode.PERMISSION_DENIED
+        assert error["data"]["missing"] == ["shell.execute"] and error["data"]["tool_name"] == "echo"
+        assert error["data"]["rejection"]["code"] == "TOOL_BLOCKED"
+        assert not session.inflight
+        assert "result" in await ask(gw, session, rpc("tools/call", ADD, 2)), "other tools are unaffected"
+
+
+async def test_a_granted_permission_lets_the_call_through() -> None:
+    mgp = {
+        "tools": {"demo": {"echo": {"permissions_required": ["fs.read"]}}},
+        "approved_permissions": ["fs.*"],
+    }
+    async for gw in started(mgp):
+        session = await session_of(gw)
+        answer = await ask(gw, session, rpc("tools/call", ECHO))
+        assert answer["result"]["content"][0]["text"] == "hi"
+
+
+async def test_access_control_refuses_the_call_and_hides_the_tool() -> None:
+    mgp = {"access": [{"agent_id": "anonymous", "server_id": "demo", "tool_name": "add", "permission": "deny"}]}
+    async for gw in started(mgp):
+        session = await session_of(gw)
+        listed = await ask(gw, session, rpc("tools/list"))
+        names = {t["name"] for t in listed["result"]["tools"]}
+        assert "add" not in names and "echo" in names
+        refused = await ask(gw, session, rpc("tools/call", ADD))
+        assert refused["error"]["code"] == MgpCode.ACCESS_DENIED
+        assert json.dumps(refused["error"]["data"]["rejection"]).count("ACCESS_DENIED") == 1
+        assert "result" in await ask(gw, session, rpc("tools/call", ECHO, 2))
+
+
+async def test_opt_in_denies_every_tool_no_entry_allows() -> None:
+    mgp = {
+        "default_access": "opt-in",
+        "access": [{"agent_id": "anonymous", "server_id": "demo", "tool_name": "echo", "permission": "allow"}],
+    }
+    async for gw in started(mgp):
+        session = await session_of(gw)
+        listed = await ask(gw, session, rpc("tools/list"))
+        assert {t["name"] for t in listed["result"]["tools"]} == {"echo"}
+        assert (await ask(gw, session, rpc("tools/call", ADD)))["error"]["code"] == MgpCode.ACCESS_DENIED
