@@ -9,6 +9,7 @@ from functools import partial
 from typing import Any
 
 from adapters import mcpl
+from adapters.mgp import strip as mgp_strip
 from gateway import __version__
 from gateway.audit import AuditLog
 from gateway.bus import Bus, make_bus
@@ -336,7 +337,7 @@ class Gateway:
             if conn.state == "ready":
                 result: dict[str, Any] = {
                     # MCPL is spoken by the gateway itself, and shown only to MCPL hosts (McplRelay).
-                    "capabilities": mcpl.without_mcpl(dict(conn.capabilities)),
+                    "capabilities": mgp_strip.strip_capabilities(mcpl.without_mcpl(dict(conn.capabilities))),
                     "serverInfo": conn.server_info or SERVER_INFO,
                 }
                 if conn.init_result.get("instructions"):
@@ -356,7 +357,7 @@ class Gateway:
             if conn.state != "ready":
                 continue
             for key, value in (conn.capabilities.get("experimental") or {}).items():
-                if key != "mcpl":
+                if key not in ("mcpl", "mgp"):
                     experimental.setdefault(key, value)
             text = conn.init_result.get("instructions")
             if isinstance(text, str) and text.strip():

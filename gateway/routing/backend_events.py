@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from adapters.mcp import CLIENT_CAPABILITY_OF
+from adapters.mgp import strip as mgp_strip
 from gateway import jsonrpc
 from gateway.federation import CAPABILITY_OF, BackendCatalog, ListKind
 from gateway.routing.call import CallSink
@@ -115,6 +116,10 @@ class BackendEvents:
             return
         if self._mcpl.on_server_request(conn, message, owner):
             return
+        if mgp_strip.is_mgp_only(message):
+            # An MGP callback (§13.4): no client has negotiated MGP with the gateway to answer it.
+            self._refuse(conn, upstream_id, f"no client session can answer {method}")
+            return
         session: ClientSession | None = None
         channel: Channel | None = None
         if isinstance(owner, CallSink) and not owner.session.closed:
@@ -199,9 +204,12 @@ class BackendEvents:
 
     def on_notification(self, conn: BackendConnection, message: dict[str, Any]) -> None:
         method = message.get("method", "")
-        params = p if isinstance(p := message.get("params"), dict) else {}
         if self._mcpl.on_server_notification(conn, message):
             return
+        message = mgp_strip.for_plain_client(message)
+        if message is None:
+            return  # MGP-only news (audit, lifecycle, events, stream chunks) has no client that asked for it
+        params = p if isinstance(p := message.get("params"), dict) else {}
         kinds = _KINDS_OF_CHANGE.get(method)
         if kinds is not None:
             for kind in kinds:

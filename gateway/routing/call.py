@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from adapters.mgp import strip as mgp_strip
 from gateway import jsonrpc
 from gateway.channels import Channel
 from gateway.events import Event
@@ -82,6 +83,10 @@ class CallSink:
         return self.session.log_level
 
     def deliver(self, message: dict[str, Any]) -> None:
+        plain = mgp_strip.for_plain_client(message)  # no client negotiates MGP with the gateway yet
+        if plain is None:
+            return
+        message = plain
         if message.get("method") == "notifications/message":
             params = message.get("params")
             if isinstance(params, dict) and not self.session.wants_log(params.get("level")):

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from adapters.mgp import strip as mgp_strip
 from gateway import jsonrpc
 from gateway.federation import CAPABILITY_OF, KEY_OF, BackendCatalog, ListKind, Merged, View
 from policies.chain import Target
@@ -96,6 +97,9 @@ class Catalog:
         # The chain decides, item by item, with the rule that would refuse the item's call
         # (capabilities; a tool whose definition changed and awaits approval; ...).
         items = [i for i in items if self._chain.visible(item_action(kind, i), principal, _target(merged, kind, i))]
+        if kind == "tools":
+            # Plain MCP clients never see a tool's MGP fields, nor a backend's reserved mgp.* tools.
+            items = mgp_strip.strip_tools(items)
         size = self._config.federation.page_size
         result: dict[str, Any] = {kind: items[offset : offset + size]}
         if offset + size < len(items):

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from adapters.mgp import strip as mgp_strip
 from gateway import jsonrpc
 from gateway.channels import Channel
 from gateway.federation import rewrite_result
@@ -53,7 +54,8 @@ def finish(
     """The backend's answer under the client's id, with names rewritten for the client's view.
     A legacy client does not see the modern era's result fields."""
     if "result" in response:
-        result = response["result"]
+        # No client negotiates MGP with the gateway yet: none sees a backend's MGP fields (issue 12).
+        result = mgp_strip.strip({"result": response["result"]})["result"]
         result = session.codec.result(result)
         return jsonrpc.result(client_id, rewrite_result(session.view.namer, backend, method, result))
     error = response.get("error")

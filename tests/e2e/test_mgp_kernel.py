@@ -50,3 +50,16 @@ async def test_a_backend_without_permissions_gets_no_grant_request() -> None:
             seen = json.loads(_text(await client.call_tool("handshake_log", {})))
     assert seen["received"][:2] == ["initialize", "notifications/initialized"]
     assert seen["grants"] == {}
+
+
+async def test_a_plain_client_sees_no_mgp_field_of_an_mgp_backend() -> None:
+    config = {"backends": {"mgp": stdio_backend("tests.e2e.backends.mgp_server", required=True)}}
+    with run_gateway(config) as gw:
+        async with Client(gw.server("mgp"), mode="legacy", read_timeout_seconds=30) as client:
+            capabilities = client.session.server_capabilities
+            assert capabilities is not None
+            dumped = capabilities.model_dump(by_alias=True, exclude_none=True)
+            assert "mgp" not in dumped and "mgp" not in (dumped.get("experimental") or {})
+            tools = (await client.list_tools()).tools
+            assert [t.name for t in tools] == ["handshake_log"]
+            assert all("security" not in t.model_dump(by_alias=True, exclude_none=True) for t in tools)
