@@ -20,6 +20,7 @@ from adapters.mgp import security
 from gateway.config import Mgp as MgpConfig
 from gateway.mgp.kernel import Kernel
 from policies.mgp_permissions import POLICY as PERMISSIONS, PermissionDecider, PermissionFacts
+from policies.mgp_validation import POLICY as VALIDATORS, ValidatorFacts
 
 
 class ToolFacts:
@@ -42,12 +43,20 @@ class ToolFacts:
         return security.merge(security.parse_security(declared), security.parse_security(configured))
 
     def for_call(self, backend: str, tool: str, item: Mapping[str, Any] | None) -> dict[str, Any] | None:
-        """``Target.facts`` entries for a call of ``tool`` (the backend's own name) on ``backend``."""
+        """``Target.facts`` entries for a call of ``tool`` (the backend's own name) on ``backend``:
+        the permission gate's when the tool requires permissions, the validators' when it names one."""
         meta = self.effective(backend, tool, item)
-        if meta is None or not meta.permissions_required:
+        if meta is None:
             return None
-        if self._kernel.backend(backend) is not None:
-            grants = self._kernel.grants_of(backend)
-        else:
-            grants = self._decider.decide(meta.permissions_required).grants
-        return {PERMISSIONS: PermissionFacts(meta.to_wire(), grants)}
+        facts: dict[str, Any] = {}
+        wire = meta.to_wire()
+        if meta.permissions_required:
+            if self._kernel.backend(backend) is not None:
+                grants = self._kernel.grants_of(backend)
+            else:
+                grants = self._decider.decide(meta.permissions_required).grants
+            facts[PERMISSIONS] = PermissionFacts(wire, grants)
+        validators = ValidatorFacts.from_security(wire, source=f"{backend}.{tool}")
+        if validators.validators:
+            facts[VALIDATORS] = validators
+        return facts or None

@@ -104,3 +104,35 @@ async def test_opt_in_denies_every_tool_no_entry_allows() -> None:
         listed = await ask(gw, session, rpc("tools/list"))
         assert {t["name"] for t in listed["result"]["tools"]} == {"echo"}
         assert (await ask(gw, session, rpc("tools/call", ADD)))["error"]["code"] == MgpCode.ACCESS_DENIED
+
+
+async def test_a_configured_validator_blocks_a_dangerous_call_before_the_backend() -> None:
+    mgp = {"tools": {"demo": {"echo": {"validator": "sandbox"}}}}
+    async for gw in started(mgp):
+        session = await session_of(gw)
+        refused = await ask(
+            gw, session, rpc("tools/call", {"name": "echo", "arguments": {"text": "rm -rf / --no-preserve-root"}})
+        )
+        error = refused["error"]
+        assert error["code"] == MgpCode.VALIDATION_BLOCKED
+        assert error["data"]["status"] == "rejected" and error["data"]["validator"] == "sandbox"
+        assert not session.inflight
+        fine = await ask(
+            gw, session, rpc("tools/call", {"name": "echo", "arguments": {"text": "remove the old notes"}}, 2)
+        )
+        assert fine["result"]["content"][0]["text"] == "remove the old notes"
+
+
+async def test_network_restricted_refuses_a_metadata_address_in_any_spelling() -> None:
+    mgp = {"tools": {"demo": {"echo": {"validator": "network_restricted"}}}}
+    async for gw in started(mgp):
+        session = await session_of(gw)
+        for n, url in enumerate(
+            ["http://169.254.169.254/latest/meta-data", "http://2852039166/", "http://[::ffff:a9fe:a9fe]/"]
+        ):
+            refused = await ask(gw, session, rpc("tools/call", {"name": "echo", "arguments": {"text": url}}, n))
+            assert refused["error"]["code"] == MgpCode.VALIDATION_BLOCKED, url
+        ok = await ask(
+            gw, session, rpc("tools/call", {"name": "echo", "arguments": {"text": "https://example.com/"}}, 9)
+        )
+        assert "result" in ok
