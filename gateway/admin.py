@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from gateway.config import Auth
     from gateway.federation import BackendCatalog
     from gateway.mcpl import McplRelay
+    from gateway.mgp.kernel import Kernel
     from gateway.sessions import SessionStore
     from policies.auth import PrincipalRegistry
     from policies.pinning import PinStore
@@ -46,6 +47,7 @@ class AdminApi:
         mcpl: McplRelay,
         pins: PinStore,
         catalogs: Mapping[str, BackendCatalog],
+        mgp: Kernel,
     ) -> None:
         self._auth = auth  # asked on every call: a config reload replaces it
         self._principals = principals
@@ -55,6 +57,7 @@ class AdminApi:
         self._mcpl = mcpl
         self._pins = pins
         self._catalogs = catalogs
+        self._mgp = mgp
 
     def routes(self) -> list[Route]:
         return [
@@ -67,6 +70,8 @@ class AdminApi:
             Route("/admin/pins", self.list_pins, methods=["GET"]),
             Route("/admin/mcpl", self.mcpl_state, methods=["GET"]),
             Route("/admin/pins/{backend}/{tool}/approve", self.approve_pin, methods=["POST"]),
+            Route("/admin/mgp/permissions", self.mgp_permissions, methods=["GET"]),
+            Route("/admin/mgp/permissions/{request_id}", self.answer_mgp_permissions, methods=["POST"]),
         ]
 
     async def resource_metadata(self, request: Request) -> Response:
@@ -190,3 +195,27 @@ class AdminApi:
             return error_response(404, f"no changed definition of {backend}/{tool} awaits approval")
         self._catalogs[backend].invalidate("tools") if backend in self._catalogs else None
         return JSONResponse({"approved": f"{backend}/{tool}"})
+
+    async def mgp_permissions(self, request: Request) -> Response:
+        """MGP ``interactive``: the backends' permission requests waiting for an operator."""
+        if (refused := self._authorized(request)) is not None:
+            return refused
+        return JSONResponse({"pending": self._mgp.pending()})
+
+    async def answer_mgp_permissions(self, request: Request) -> Response:
+        """An operator's answer ``{"grants": {perm: "approved" | "denied" | {"decision": ...}}}``; the
+        grants go to the backend at once, and permissions left out are denied."""
+        if (refused := self._authorized(request)) is not None:
+            return refused
+        request_id = request.path_params["request_id"]
+        try:
+            body = await self._json(request)
+            if not isinstance(body, dict) or not isinstance(body.get("grants"), dict):
+                raise ValueError('the body must be {"grants": {permission: decision}}')
+            params = await self._mgp.answer(request_id, body["grants"], "admin")
+        except KeyError:
+            return error_response(404, f"no permission request {request_id!r} waits for an answer")
+        except ValueError as exc:
+            return error_response(400, str(exc))
+        self._audit.record("mgp_permissions", principal="admin", action="mgp/permission/grant", grants=params["grants"])
+        return JSONResponse(params)

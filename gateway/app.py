@@ -139,6 +139,7 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
         mcpl=gw.mcpl,
         pins=gw.pins,
         catalogs=gw.catalogs,
+        mgp=gw.mgp_kernel,
     )
     routes = [
         *admin.routes(),

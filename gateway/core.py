@@ -123,7 +123,7 @@ class Gateway:
         self.client_messages = ClientMessages(self.connections, self.subscriptions, self.mcpl)
         # MGP: the gateway is the kernel of every backend (gateway/mgp/kernel.py); what its members of
         # the chain need per tools/call comes from gateway/mgp/tool_facts.py.
-        self.mgp_kernel = Kernel(config.mgp)
+        self.mgp_kernel = Kernel(config.mgp, self.connections)
         self.mgp_tools = ToolFacts(config.mgp, self.mgp_kernel)
         # Legacy-era twins of dual-era backends, opened on first need (the handler is made below).
         self.affinity = EraAffinity(self._legacy_twin, config.limits.startup_wait_s)

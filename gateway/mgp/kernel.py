@@ -9,14 +9,18 @@ the intersection (§2.4). Its ``permissions_required`` are decided by ``mgp.perm
 initialize result and **before** ``notifications/initialized``, in object form with
 ``expires_at``, as the real kernel does (WIRE.md: the method name is the same in every version).
 
-Invariants: the kernel never blocks a handshake on a person (permissions left pending by
-``interactive`` are not granted yet); a backend that refuses the grant request still connects (it
+Invariants: the kernel never blocks a handshake on a person: with ``interactive``, permissions no
+config decides are announced to the backend as awaiting approval (``mgp/permission/await``), listed
+for operators (``GET /admin/mgp/permissions``), and granted or denied when one answers (``POST
+/admin/mgp/permissions/{request_id}``), or denied when the request expires; until then they are not
+granted; a backend that refuses the grant request still connects (it
 degrades as MGP allows); what was negotiated and granted per backend is kept for the policies
 (``grants_of``) and replaced on every (re)connect.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import time
@@ -24,9 +28,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from adapters.mgp import caps, extensions, versions
+from adapters.mgp import caps, extensions, names, versions
+from gateway import jsonrpc
 from gateway.config import Mgp as MgpConfig
-from policies.mgp_permissions import Grant, PermissionDecider, granted_names
+from policies.mgp_permissions import Grant, PendingFull, PendingPermissions, PermissionDecider, granted_names
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +39,12 @@ log = logging.getLogger(__name__)
 # each tool's security metadata. More join as they are built (audit, lifecycle, streaming...).
 KERNEL_EXTENSIONS = frozenset({"permissions", "tool_security"})
 GRANT_METHOD = "mgp/permission/grant"
+
+
+class Requester(Protocol):
+    """A live backend connection, as far as the kernel uses it after the handshake."""
+
+    async def request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]: ...
 
 
 class Exchange(Protocol):
@@ -57,10 +68,19 @@ class BackendMgp:
 
 
 class Kernel:
-    def __init__(self, config: MgpConfig, decider: PermissionDecider | None = None) -> None:
+    def __init__(
+        self,
+        config: MgpConfig,
+        connections: Mapping[str, Requester] | None = None,
+        decider: PermissionDecider | None = None,
+        pending: PendingPermissions | None = None,
+    ) -> None:
         self._decider = decider or PermissionDecider(
             config.permission_policy, config.approved_permissions, config.grant_ttl_s
         )
+        # interactive: what waits for an operator (GET/POST /admin/mgp/permissions), bounded, expiring
+        self._pending = pending or PendingPermissions(grant_ttl_s=config.grant_ttl_s)
+        self._connections: Mapping[str, Requester] = connections if connections is not None else {}
         self._request_ids = itertools.count(1)
         self._backends: dict[str, BackendMgp] = {}
 
@@ -88,11 +108,7 @@ class Kernel:
                 message = error.get("message") if isinstance(error, dict) else response
                 log.warning("backend %s did not take its MGP grants: %s", backend, message)
         if answer.pending:
-            log.info(
-                "backend %s: permissions %s wait for an operator (mgp.permission_policy: interactive)",
-                backend,
-                ", ".join(answer.pending),
-            )
+            await self._ask_operator(exchange, backend, negotiation, answer.pending, timeout)
         self._backends[backend] = BackendMgp(
             negotiation, active, declared.permissions_required, dict(answer.grants), answer.pending, acknowledged
         )
@@ -103,6 +119,53 @@ class Kernel:
             ", ".join(sorted(active)) or "none",
             ", ".join(sorted(granted_names(answer.grants, time.time()))) or "nothing",
         )
+
+    async def _ask_operator(
+        self,
+        exchange: Exchange,
+        backend: str,
+        negotiation: versions.Negotiation,
+        wanted: tuple[str, ...],
+        timeout: float,
+    ) -> None:
+        """interactive: the permissions no config decides wait for an operator; the backend is told to
+        wait (``mgp/permission/await``, the seed's ``request`` before 0.4) and gets its grants later."""
+        try:
+            request = self._pending.open(backend, wanted)
+        except PendingFull as exc:
+            log.warning("backend %s: permissions %s denied: %s", backend, ", ".join(wanted), exc)
+            return
+        log.info("backend %s: permissions %s wait for an operator (%s)", backend, ", ".join(wanted), request.request_id)
+        await_method, _ = names.permission_methods(negotiation.version)
+        response = await exchange.handshake_request(await_method, request.await_params(), "legacy", timeout)
+        if "result" not in response:
+            log.info("backend %s did not take %s; it will get the grants all the same", backend, await_method)
+
+    def pending(self) -> list[dict[str, Any]]:
+        """Permission requests waiting for an operator, oldest first (the admin API's listing)."""
+        return self._pending.list()
+
+    async def answer(self, request_id: str, grants: object, approved_by: str) -> dict[str, Any]:
+        """An operator answered a waiting request: the grants are recorded for the policies and sent to
+        the backend as ``mgp/permission/grant``. KeyError: no such waiting request; ValueError:
+        malformed grants or one that was not requested."""
+        request = self._pending.get(request_id)
+        if request is None:
+            raise KeyError(request_id)
+        answer = self._pending.answer(request_id, grants, approved_by)
+        params = {k: v for k, v in answer.params(request_id, approved_by).items() if v is not None}
+        record = self._backends.get(request.server_id)
+        if record is not None:
+            merged = {**record.grants, **answer.grants}
+            still = tuple(p for p in record.pending if p not in answer.grants)
+            self._backends[request.server_id] = dataclasses.replace(record, grants=merged, pending=still)
+        conn = self._connections.get(request.server_id)
+        if conn is not None:
+            try:
+                await conn.request(GRANT_METHOD, params)
+            except jsonrpc.RpcError as exc:
+                log.warning("backend %s: could not send its grants: %s", request.server_id, exc.message)
+        return params
 
     def backend(self, name: str) -> BackendMgp | None:
         """What ``name`` negotiated on its latest connect (None: it does not speak MGP)."""

@@ -15,6 +15,7 @@ from datetime import datetime
 import mcp_types as types
 import pytest
 from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.support import run_gateway, stdio_backend
 
@@ -63,3 +64,35 @@ async def test_a_plain_client_sees_no_mgp_field_of_an_mgp_backend() -> None:
             tools = (await client.list_tools()).tools
             assert [t.name for t in tools] == ["handshake_log"]
             assert all("security" not in t.model_dump(by_alias=True, exclude_none=True) for t in tools)
+
+
+async def test_interactive_permissions_wait_for_an_operator_and_reach_the_backend_when_answered() -> None:
+    import httpx
+
+    admin = {"authorization": "Bearer admin-secret"}
+    config = {
+        "backends": {"mgp": stdio_backend("tests.e2e.backends.mgp_server", required=True)},
+        "auth": {"admin_token": "admin-secret"},
+        "principals": {"alice": {"tokens": ["alice-token"], "capabilities": ["*"]}},
+        "mgp": {"permission_policy": "interactive", "approved_permissions": ["filesystem.*"]},
+    }
+    with run_gateway(config) as gw:
+        async with httpx.AsyncClient(base_url=gw.url, headers=admin, timeout=10) as http:
+            [waiting] = (await http.get("/admin/mgp/permissions")).json()["pending"]
+            assert (waiting["server_id"], waiting["permissions"]) == ("mgp", ["shell.execute"])
+            refused = await http.post(f"/admin/mgp/permissions/{waiting['request_id']}", json={"grants": {"x": 1}})
+            assert refused.status_code == 400
+            assert (await http.post("/admin/mgp/permissions/nope", json={"grants": {}})).status_code == 404
+            answered = await http.post(
+                f"/admin/mgp/permissions/{waiting['request_id']}", json={"grants": {"shell.execute": "approved"}}
+            )
+            assert answered.status_code == 200 and answered.json()["grants"]["shell.execute"]["decision"] == "approved"
+            assert (await http.get("/admin/mgp/permissions")).json()["pending"] == []
+            assert (await http.get("/admin/mgp/permissions", headers={"authorization": "Bearer x"})).status_code == 401
+        alice = httpx.AsyncClient(headers={"authorization": "Bearer alice-token"}, timeout=20)
+        async with alice, Client(streamable_http_client(gw.mcp, http_client=alice), mode="legacy") as client:
+            seen = json.loads(_text(await client.call_tool("handshake_log", {})))
+    received = seen["received"]
+    assert received[:4] == ["initialize", "mgp/permission/grant", "mgp/permission/request", "notifications/initialized"]
+    assert received.count("mgp/permission/grant") == 2, "the operator's answer is sent when it is given"
+    assert seen["grants"]["shell.execute"]["decision"] == "approved"
