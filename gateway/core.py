@@ -47,6 +47,7 @@ from policies.load import LoadPolicy
 from policies.mcpx_envelope import McpxReservedKindPolicy, McpxSenderPolicy
 from policies.mgp_access import AccessTable, MgpAccessPolicy
 from policies.mgp_permissions import MgpPermissionPolicy
+from policies.mgp_reserved import MgpReservedNamePolicy
 from policies.mgp_validation import MgpValidatorPolicy
 from policies.pinning import PinningPolicy, PinStore
 from policies.ratelimit import RateLimitPolicy
@@ -79,6 +80,7 @@ class Gateway:
                 MgpAccessPolicy(
                     AccessTable((e.model_dump(exclude_none=True) for e in config.mgp.access), config.mgp.default_access)
                 ),  # MGP §5: which agent may call which tool (also hides what it refuses)
+                MgpReservedNamePolicy(),  # MGP §1.6.3: a backend's mgp.* tool is withheld (4003)
                 MgpPermissionPolicy(),  # MGP §3: a tool whose required permissions were not granted
                 MgpValidatorPolicy(),  # MGP §4.5, §7: the tool's validators, before the call is forwarded
                 ScopePolicy(),  # MCPL: scoped tools/call (facts from gateway/mcpl)
