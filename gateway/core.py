@@ -10,7 +10,7 @@ from typing import Any
 
 from adapters import mcpl
 from adapters.mgp import strip as mgp_strip
-from gateway import __version__
+from gateway import __version__, jsonrpc
 from gateway.audit import AuditLog
 from gateway.bus import Bus, make_bus
 from gateway.config import Config
@@ -20,6 +20,7 @@ from gateway.mcpl import McplRelay
 from gateway.mcpx.bridge import BackendParticipants
 from gateway.mcpx.hub import TopicHub
 from gateway.metrics import Metrics
+from gateway.mgp.access_methods import AccessMethods
 from gateway.mgp.kernel import Kernel
 from gateway.mgp.tool_facts import ToolFacts
 from gateway.mrtr import Parking
@@ -45,7 +46,7 @@ from policies.hook_answers import HookAnswerPolicy
 from policies.hook_inference import InferenceInHookPolicy
 from policies.load import LoadPolicy
 from policies.mcpx_envelope import McpxReservedKindPolicy, McpxSenderPolicy
-from policies.mgp_access import AccessTable, MgpAccessPolicy
+from policies.mgp_access import AccessTable, MgpAccessAdminPolicy, MgpAccessPolicy
 from policies.mgp_permissions import MgpPermissionPolicy
 from policies.mgp_reserved import MgpReservedNamePolicy
 from policies.mgp_validation import MgpValidatorPolicy
@@ -68,6 +69,10 @@ class Gateway:
         self.metrics = Metrics()
         self.bus = bus or make_bus(config.bus.kind, config.bus.url, config.bus.prefix)
         self.audit = AuditLog(config.audit, self.metrics)
+        # MGP §5: one access table for calls, lists and the mgp/access/* methods (gateway/mgp/access_methods.py).
+        self.mgp_access = AccessTable(
+            (e.model_dump(exclude_none=True) for e in config.mgp.access), config.mgp.default_access
+        )
         self.pins = PinStore(config.pinning.mode, self.bus, self.audit, self.metrics)
         self.chain = PolicyChain(
             [
@@ -77,9 +82,8 @@ class Gateway:
                 RateLimitPolicy(config.rate_limits, self.bus),
                 ArgumentValidationPolicy(name for name, b in config.backends.items() if b.validate_arguments),
                 PinningPolicy(self.pins),
-                MgpAccessPolicy(
-                    AccessTable((e.model_dump(exclude_none=True) for e in config.mgp.access), config.mgp.default_access)
-                ),  # MGP §5: which agent may call which tool (also hides what it refuses)
+                MgpAccessAdminPolicy(),  # MGP §5.4: who may change the access table
+                MgpAccessPolicy(self.mgp_access),  # MGP §5: which agent may call which tool (also hides it)
                 MgpReservedNamePolicy(),  # MGP §1.6.3: a backend's mgp.* tool is withheld (4003)
                 MgpPermissionPolicy(),  # MGP §3: a tool whose required permissions were not granted
                 MgpValidatorPolicy(),  # MGP §4.5, §7: the tool's validators, before the call is forwarded
@@ -148,6 +152,8 @@ class Gateway:
             audit=self.audit,
             metrics=self.metrics,
         )
+        for method, handler in AccessMethods(self.mgp_access, self._tools_changed).handlers().items():
+            self.router.register(method, handler)  # MGP §5.4, answered by the gateway itself
         backend_events = BackendEvents(
             self.catalogs, self.sessions, self.subscriptions, levels, self.mcpl, self.metrics, config.limits
         )
@@ -326,6 +332,13 @@ class Gateway:
         for session in self.sessions:
             session.principal = self.principal_of(session.credentials)
         self.mcpl.reconfigure(self.config.mcpl)  # what the operator allows changed: backends are told at once
+
+    def _tools_changed(self) -> None:
+        """Who may call what changed (an access grant or revocation): every live session's tool list
+        may differ now, so every client is told to list again."""
+        for session in self.sessions:
+            if session.initialized and not session.closed:
+                session.standalone.push(jsonrpc.notification("notifications/tools/list_changed"))
 
     def _session_ended(self, session: ClientSession) -> None:
         self.metrics.sessions.labels(session.transport).dec()

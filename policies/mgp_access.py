@@ -361,3 +361,30 @@ class MgpAccessPolicy:
             "source": resolution.source,
         }
         return Decision(False, POLICY, MGP_ACCESS_DENIED, reason, data, Outcome.DENIED)
+
+
+ADMIN_METHODS = frozenset({"mgp/access/grant", "mgp/access/revoke"})
+
+
+class MgpAccessAdminPolicy:
+    """Who may change the access table (§5.4): ``mgp/access/grant`` and ``mgp/access/revoke`` need the
+    admin capability ``mgp/request:mgp/access/grant`` (or ``.../revoke``; ``mgp/request:mgp/access/*``
+    covers both) among the principal's capabilities. Queries are open to every caller (admission)."""
+
+    name = "mgp.access_admin"
+    stage: Stage = "admission"
+
+    async def check(self, event: Event, principal: Principal, target: Target | None) -> Decision | None:
+        method = event.method
+        if method not in ADMIN_METHODS:
+            return None
+        needed = f"mgp/request:{method}"
+        if principal.capabilities.allows(needed):
+            return None
+        reason = f"principal {principal.name!r} lacks the admin capability {needed!r}"
+        data: dict[str, object] = {
+            "_mgp": {"category": "security", "retryable": False},
+            "action": needed,
+            "principal": principal.name,
+        }
+        return Decision(False, self.name, int(MgpCode.PERMISSION_DENIED), reason, data, Outcome.DENIED)

@@ -114,6 +114,13 @@ class Router:
             **dict.fromkeys(mcpl_adapter.HOST_REQUESTS, self._mcpl_request),
         }
 
+    def register(self, method: str, handler: Handler) -> None:
+        """Let a dialect answer ``method`` itself (e.g. MGP's ``mgp/access/*``): the request still
+        passes admission and audit; a core MCP method cannot be taken over."""
+        if method in self._handlers:
+            raise ValueError(f"{method} already has a handler")
+        self._handlers[method] = handler
+
     # ---- the pipeline ------------------------------------------------------------------------
 
     async def handle(
