@@ -17,8 +17,6 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
@@ -26,6 +24,9 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
+
+from gateway.config_base import StrictModel as _Model
+from gateway.config_mgp import Mgp as Mgp
 
 # Backend names appear inside tool names (NAME__tool) and resource URI schemes (NAME+file://...),
 # so they are restricted to what is safe in both: a lowercase DNS label.
@@ -46,10 +47,6 @@ def _backend_name(name: str) -> str:
 
 # Validated as a dict key, so that an error's location names the offending backend (and its line).
 BackendName = Annotated[str, AfterValidator(_backend_name)]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
 class Listen(_Model):
@@ -342,101 +339,6 @@ class Mcpl(_Model):
 
 
 # ---- MGP (issue 12; spec: ../shared/specs/mgp-0.3.md and the 0.8 draft) ------------------------
-
-MgpRisk = Literal["safe", "moderate", "dangerous"]
-MgpValidator = Literal["sandbox", "readonly", "network_restricted", "code_safety", "none"]
-MgpSideEffect = Literal["filesystem", "network", "process", "database", "notification"]
-
-
-def _permission_pattern(value: str) -> str:
-    if not value or value != value.strip():
-        raise ValueError(f"permission pattern {value!r} must be a non-empty name without surrounding spaces")
-    return value
-
-
-PermissionPattern = Annotated[str, AfterValidator(_permission_pattern)]
-
-
-class MgpCodeSafety(_Model):
-    """§7.3: what the ``code_safety`` validator enforces on a tool's code arguments."""
-
-    level: Literal["unrestricted", "standard", "strict", "readonly"] = Field(
-        "standard", description="§7.2 safety level: standard blocks known patterns, strict is allowlist-only."
-    )
-    language: str = Field("python", min_length=1, description="Language of the code arguments.")
-    max_code_size_bytes: int | None = Field(None, ge=1, description="Largest code argument; none: no limit.")
-    blocked_imports: list[str] = Field(default_factory=list, description="Imports refused (standard and above).")
-    blocked_patterns: list[str] = Field(default_factory=list, description="Substrings refused, e.g. 'eval('.")
-    allowed_imports: list[str] = Field(default_factory=list, description="strict/readonly: the only imports accepted.")
-
-
-class MgpToolSecurity(_Model):
-    """§4.3 security metadata an operator attaches to a backend's tool (used when the backend sends none;
-    ``validator`` always comes from here when set: it is the kernel's field)."""
-
-    risk_level: MgpRisk | None = Field(
-        None, description="Declared risk; none: the effective risk level derived by the §4.6 rule is used."
-    )
-    validator: MgpValidator | None = Field(
-        None, description="Kernel-side validator applied before forwarding; none: the backend's, else no validator."
-    )
-    permissions_required: list[PermissionPattern] = Field(
-        default_factory=list,
-        description="Permissions (§3.2 names or reverse-domain custom ones) that must be granted before a call.",
-    )
-    side_effects: list[MgpSideEffect] = Field(default_factory=list, description="Informational side-effect categories.")
-    reversible: bool | None = Field(None, description="Whether the tool's effects can be undone (informational).")
-    confirmation_required: bool | None = Field(
-        None, description="Whether a client should confirm before calling; none: decided from the risk level."
-    )
-    code_safety: MgpCodeSafety | None = Field(
-        None, description="§7.3 code safety declaration, read by the code_safety validator."
-    )
-
-
-class MgpAccessEntry(_Model):
-    """A static §5 access entry: a tool_grant when ``tool_name`` is set, else a server_grant."""
-
-    agent_id: str = Field(min_length=1, description="The agent: a principal name.")
-    server_id: str = Field(min_length=1, description="The server: a backend name.")
-    tool_name: str | None = Field(
-        None, min_length=1, description="The backend's own tool name; none: the entry covers the whole server."
-    )
-    permission: Literal["allow", "deny"] = Field(description="allow or deny.")
-
-
-class Mgp(_Model):
-    permission_policy: Literal["interactive", "auto_approve", "deny_all", "config_only"] = Field(
-        "config_only",
-        description="How the gateway, as the kernel, answers a backend's permissions_required (§3.3): "
-        "config_only grants what approved_permissions lists and denies the rest; auto_approve grants all; "
-        "deny_all denies all (approved_permissions is ignored); interactive grants what approved_permissions "
-        "lists and asks an operator (GET/POST /admin/mgp/permissions) for the rest.",
-    )
-    approved_permissions: list[PermissionPattern] = Field(
-        default_factory=list,
-        description="Permission names or globs matched per dot-separated segment ('filesystem.*', '**' for all).",
-    )
-    grant_ttl_s: float = Field(86400.0, gt=0, description="Lifetime of a permission grant (its expires_at).")
-    default_access: Literal["opt-in", "opt-out"] = Field(
-        "opt-out",
-        description="§5.5: opt-in denies an agent every tool no entry allows; opt-out allows every tool no entry "
-        "denies.",
-    )
-    access: list[MgpAccessEntry] = Field(
-        default_factory=list,
-        description="Static access entries (§5.3); a tool entry beats a server entry, which beats default_access.",
-    )
-    tools: dict[str, dict[str, MgpToolSecurity]] = Field(
-        default_factory=dict,
-        description="Security metadata by backend, then the backend's own tool name (§4), for tools whose "
-        "backend sends none.",
-    )
-    trust: dict[str, Literal["core", "standard", "experimental", "untrusted"]] = Field(
-        default_factory=dict,
-        description="Trust level by backend (draft §2.3, §4.6); a backend's own declaration never raises it. "
-        "Unlisted backends are standard.",
-    )
 
 
 class Config(_Model):

@@ -557,7 +557,7 @@ def test_mgp_defaults() -> None:
 
 
 def test_mgp_every_field_is_documented() -> None:
-    from gateway.config import Mgp, MgpAccessEntry, MgpCodeSafety, MgpToolSecurity
+    from gateway.config_mgp import Mgp, MgpAccessEntry, MgpCodeSafety, MgpToolSecurity
 
     for model in (Mgp, MgpAccessEntry, MgpCodeSafety, MgpToolSecurity):
         for name, info in model.model_fields.items():
