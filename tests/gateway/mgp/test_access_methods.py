@@ -5,54 +5,26 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
 from gateway import jsonrpc
-from gateway.config import Config
 from gateway.core import Gateway
 from gateway.errors import MgpCode
 from gateway.sessions import ClientSession
-from policies.auth import Credentials
 from policies.patterns import CapabilitySet
 from policies.principal import Principal
-from tests.support import initialize_request
+from tests.gateway.mgp.demo_gateway import ADD, ask, rpc, session_of, started
 
 pytestmark = pytest.mark.timeout(30)
 
-ADD = {"name": "add", "arguments": {"a": 1, "b": 2}}
 DENY_ADD = {"agent_id": "anonymous", "server_id": "demo", "tool_name": "add", "permission": "deny"}
-
-
-def rpc(method: str, params: dict[str, Any] | None = None, rpc_id: Any = 1) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": rpc_id, "method": method, **({"params": params} if params is not None else {})}
 
 
 @pytest.fixture
 async def gateway() -> AsyncIterator[Gateway]:
-    config = Config.model_validate({"backends": {"demo": {"transport": "builtin"}}, "federation": {"prefix": "never"}})
-    gw = Gateway(config)
-    await gw.start()
-    try:
-        assert await gw.connections["demo"].wait_ready(10)
+    async for gw in started():
         yield gw
-    finally:
-        await gw.stop()
-
-
-async def session_of(gw: Gateway) -> ClientSession:
-    session = gw.open_session("test", gw.federated, Credentials("anonymous", "anonymous"))
-    await gw.router.handle(session, initialize_request(0), jsonrpc.Shape.REQUEST, session.standalone)
-    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    await gw.router.handle(session, note, jsonrpc.Shape.NOTIFICATION, session.standalone)
-    return session
-
-
-async def ask(gw: Gateway, session: ClientSession, message: dict[str, Any], **kw: Any) -> dict[str, Any]:
-    answer = await gw.router.handle(session, message, jsonrpc.Shape.REQUEST, session.standalone, **kw)
-    assert answer is not None
-    return answer
 
 
 async def tool_names(gw: Gateway, session: ClientSession) -> set[str]:

@@ -7,54 +7,13 @@ A real Gateway with the builtin demo backend (plain MCP); requests go to ``Route
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
-from gateway import jsonrpc
-from gateway.config import Config
-from gateway.core import Gateway
 from gateway.errors import MgpCode
-from gateway.sessions import ClientSession
-from policies.auth import Credentials
-from tests.support import initialize_request
+from tests.gateway.mgp.demo_gateway import ADD, ECHO, ask, rpc, session_of, started
 
 pytestmark = pytest.mark.timeout(30)
-
-ECHO = {"name": "echo", "arguments": {"text": "hi"}}
-ADD = {"name": "add", "arguments": {"a": 1, "b": 2}}
-
-
-def rpc(method: str, params: dict[str, Any] | None = None, rpc_id: Any = 1) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": rpc_id, "method": method, **({"params": params} if params is not None else {})}
-
-
-async def started(mgp: dict[str, Any]) -> AsyncIterator[Gateway]:
-    config = Config.model_validate(
-        {"backends": {"demo": {"transport": "builtin"}}, "federation": {"prefix": "never"}, "mgp": mgp}
-    )
-    gw = Gateway(config)
-    await gw.start()
-    try:
-        assert await gw.connections["demo"].wait_ready(10)
-        yield gw
-    finally:
-        await gw.stop()
-
-
-async def session_of(gw: Gateway) -> ClientSession:
-    session = gw.open_session("test", gw.federated, Credentials("anonymous", "anonymous"))
-    await gw.router.handle(session, initialize_request(0), jsonrpc.Shape.REQUEST, session.standalone)
-    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    await gw.router.handle(session, note, jsonrpc.Shape.NOTIFICATION, session.standalone)
-    return session
-
-
-async def ask(gw: Gateway, session: ClientSession, message: dict[str, Any]) -> dict[str, Any]:
-    answer = await gw.router.handle(session, message, jsonrpc.Shape.REQUEST, session.standalone)
-    assert answer is not None
-    return answer
 
 
 async def test_a_tool_whose_configured_permission_is_not_granted_is_blocked_before_the_backend() -> None:
