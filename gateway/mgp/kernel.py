@@ -31,7 +31,14 @@ from typing import Any, Literal, Protocol
 from adapters.mgp import caps, extensions, names, versions
 from gateway import jsonrpc
 from gateway.config import Mgp as MgpConfig
-from policies.mgp_permissions import Grant, PendingFull, PendingPermissions, PermissionDecider, granted_names
+from policies.mgp_permissions import (
+    Grant,
+    PendingFull,
+    PendingPermissions,
+    PermissionAnswer,
+    PermissionDecider,
+    granted_names,
+)
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +107,7 @@ class Kernel:
         answer = self._decider.decide(declared.permissions_required)
         acknowledged = False
         if declared.permissions_required:
-            params = {k: v for k, v in answer.params(f"sb-perm-{next(self._request_ids)}").items() if v is not None}
+            params = _grant_params(answer, f"sb-perm-{next(self._request_ids)}", "switchboard")
             response = await exchange.handshake_request(GRANT_METHOD, params, "legacy", timeout)
             acknowledged = "result" in response
             if not acknowledged:
@@ -153,7 +160,7 @@ class Kernel:
         if request is None:
             raise KeyError(request_id)
         answer = self._pending.answer(request_id, grants, approved_by)
-        params = {k: v for k, v in answer.params(request_id, approved_by).items() if v is not None}
+        params = _grant_params(answer, request_id, approved_by)
         record = self._backends.get(request.server_id)
         if record is not None:
             merged = {**record.grants, **answer.grants}
@@ -174,3 +181,9 @@ class Kernel:
     def grants_of(self, name: str) -> Mapping[str, Grant]:
         found = self._backends.get(name)
         return found.grants if found is not None else {}
+
+
+def _grant_params(answer: PermissionAnswer, request_id: str, approved_by: str) -> dict[str, Any]:
+    """``mgp/permission/grant`` params as sent: a field without a value (no approved grant, so no
+    ``expires_at``) is left out rather than sent as null."""
+    return {k: v for k, v in answer.params(request_id, approved_by).items() if v is not None}
