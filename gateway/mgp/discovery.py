@@ -43,17 +43,50 @@ Invariants (each has a test in ``tests/gateway/mgp/test_discovery.py``):
 Results have the §16.5 shape ``{name, server_id, description, relevance_score, inputSchema, security}``
 (``security`` only when the tool has metadata); the response adds ``total_available`` (size of the searched
 corpus: visible tools passing the filters), ``search_strategy`` and ``query_time_ms``.
+
+Layout: tokenisation and the ranking constants live in :mod:`gateway.mgp.ranking`, the indexed tool, risk levels
+and the wire params/result shapes in :mod:`gateway.mgp.discover_wire`; this module holds :class:`ToolIndex` and
+re-exports their public names.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from gateway.mgp.discover_wire import (
+    DEFAULT_MAX_RESULTS as DEFAULT_MAX_RESULTS,
+    MAX_RESULTS_CAP as MAX_RESULTS_CAP,
+    RISK_RANKS as RISK_RANKS,
+    RISK_UNKNOWN,
+    STATUSES,
+    STRATEGIES,
+    DiscoverParams as DiscoverParams,
+    DiscoverResult as DiscoverResult,
+    DiscoveryParamsError as DiscoveryParamsError,
+    IndexedTool as IndexedTool,
+    Visibility as Visibility,
+    parse_discover_params as parse_discover_params,
+    risk_rank as risk_rank,
+)
+from gateway.mgp.ranking import (
+    FIELD_B,
+    FIELD_WEIGHTS as FIELD_WEIGHTS,
+    FIELDS as FIELDS,
+    K1,
+    NFIELDS,
+    PREFIX_MAX_LEN as PREFIX_MAX_LEN,
+    PREFIX_MIN_LEN as PREFIX_MIN_LEN,
+    PREFIX_QUERY_MAX_TOKENS as PREFIX_QUERY_MAX_TOKENS,
+    PREFIX_WEIGHT as PREFIX_WEIGHT,
+    STOPWORDS,
+    relevance,
+    tokenize as tokenize,
+)
 
 __all__ = [
     "DEFAULT_MAX_RESULTS",
@@ -71,197 +104,7 @@ __all__ = [
     "tokenize",
 ]
 
-# -- tokenisation -------------------------------------------------------------------------------------------
-
-_ALNUM_RUN = re.compile(r"[^\W_]+")  # Unicode letters and digits; "_" and all punctuation split
-_CAMEL = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
-
-
-def tokenize(text: str) -> list[str]:
-    """Lowercased tokens of ``text``: split on non-alphanumerics, snake/kebab/dot case and camelCase.
-
-    ``"getHTTPResponse_v2"`` → ``["get", "http", "response", "v", "2"]``. Non-ASCII runs (e.g. Japanese) are
-    kept whole, casefolded.
-    """
-    if text.isascii():  # the common case, in one pass: the camel pattern never matches across a non-alphanumeric
-        return [part.lower() for part in _CAMEL.findall(text)]
-    tokens: list[str] = []
-    for run in _ALNUM_RUN.findall(text):
-        if run.isascii():
-            tokens.extend(part.lower() for part in _CAMEL.findall(run))
-        else:
-            tokens.append(run.casefold())
-    return tokens
-
-
-# Dropped from queries only (never from documents), unless nothing else is left: natural-language intents
-# ("read the contents of a file from disk") would otherwise lose relevance for words no tool mentions.
-_STOPWORDS = frozenset(
-    "a an and are as at be by can for from i in into is it me my of on or please that the this to with "
-    "want need some".split()
-)
-
-# -- fields and ranking constants ---------------------------------------------------------------------------
-
-FIELDS = ("name", "title", "keywords", "description", "params", "categories")
-FIELD_WEIGHTS: tuple[float, ...] = (3.0, 2.0, 1.5, 1.0, 0.6, 0.4)
-_FIELD_B: tuple[float, ...] = (0.5, 0.5, 0.5, 0.75, 0.5, 0.3)
-_K1 = 1.2
-_NFIELDS = len(FIELDS)
-assert _NFIELDS == 6, "ToolIndex._rank unrolls the per-field dot product over six fields"
-
-PREFIX_QUERY_MAX_TOKENS = 3
-"""A query with at most this many (non-stopword) tokens also matches by prefix."""
-PREFIX_MIN_LEN = 2
-"""A query token shorter than this never matches by prefix."""
-PREFIX_MAX_LEN = 32
-"""Prefixes are tabled up to this length; longer query tokens match exactly only."""
-PREFIX_WEIGHT = 0.5
-"""Frequency weight of a prefix match relative to an exact one."""
 _FACTOR_CACHES = 8  # distinct corpora (principals and filters) whose length factors are kept between queries
-
-DEFAULT_MAX_RESULTS = 5  # draft §16.5: "max_results": {"default": 5}
-MAX_RESULTS_CAP = 100
-
-# -- risk levels (§4.4) -------------------------------------------------------------------------------------
-
-RISK_RANKS: Mapping[str, int] = {
-    "safe": 0,
-    "low": 0,
-    "moderate": 1,
-    "medium": 1,
-    "high": 2,
-    "dangerous": 3,
-    "critical": 3,
-}
-_RISK_UNKNOWN = 3
-
-
-def risk_rank(security: Mapping[str, Any] | None) -> int:
-    """The tool's risk for ``risk_level_max``: the higher of ``effective_risk_level`` and ``risk_level``.
-
-    Missing metadata or an unknown level is the highest rank: a ceiling below ``dangerous`` never lets
-    through a tool whose risk nobody declared.
-    """
-    if not security:
-        return _RISK_UNKNOWN
-    ranks = [
-        RISK_RANKS.get(value.lower(), _RISK_UNKNOWN) if isinstance(value, str) else _RISK_UNKNOWN
-        for key in ("risk_level", "effective_risk_level")
-        if (value := security.get(key)) is not None
-    ]
-    return max(ranks) if ranks else _RISK_UNKNOWN
-
-
-# -- the indexed tool ---------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True, frozen=True)
-class IndexedTool:
-    """One federated tool as the index holds it (and as ``visible`` predicates see it)."""
-
-    server_id: str
-    name: str
-    title: str
-    description: str
-    input_schema: Mapping[str, Any]
-    security: Mapping[str, Any] | None
-    categories: tuple[str, ...]
-    keywords: tuple[str, ...]
-    param_names: tuple[str, ...]
-    risk: int
-
-    @classmethod
-    def from_tool(cls, server_id: str, tool: Mapping[str, Any]) -> IndexedTool | None:
-        """Build from an MCP tool definition (client-visible name); ``None`` if it has no usable name."""
-        name = tool.get("name")
-        if not isinstance(name, str) or not name:
-            return None
-        mgp = tool.get("_mgp") if isinstance(tool.get("_mgp"), Mapping) else None
-        security = tool.get("security")
-        if not isinstance(security, Mapping) and mgp is not None:
-            security = mgp.get("security")
-        security = security if isinstance(security, Mapping) else None
-        schema = tool.get("inputSchema")
-        schema = schema if isinstance(schema, Mapping) else {"type": "object"}
-        props = schema.get("properties")
-        params = tuple(key for key in props if isinstance(key, str)) if isinstance(props, Mapping) else ()
-        categories = _strings(tool.get("categories")) + (_strings(mgp.get("categories")) if mgp else ())
-        keywords = _strings(tool.get("keywords")) + (_strings(mgp.get("keywords")) if mgp else ())
-        return cls(
-            server_id=server_id,
-            name=name,
-            title=_text(tool.get("title")) or _annotation_title(tool.get("annotations")),
-            description=_text(tool.get("description")),
-            input_schema=schema,
-            security=security,
-            categories=_derive_categories(server_id, name, categories),
-            keywords=keywords,
-            param_names=params,
-            risk=risk_rank(security),
-        )
-
-    def to_wire(self, relevance_score: float) -> dict[str, Any]:
-        """The §16.5 result entry."""
-        entry: dict[str, Any] = {
-            "name": self.name,
-            "server_id": self.server_id,
-            "description": self.description,
-            "relevance_score": relevance_score,
-            "inputSchema": self.input_schema,
-        }
-        if self.security is not None:
-            entry["security"] = self.security
-        return entry
-
-    def matches_categories(self, wanted: Iterable[str]) -> bool:
-        for want in wanted:
-            for have in self.categories:
-                if have == want or have.startswith((want + ".", want + "/")):
-                    return True
-        return False
-
-    def field_texts(self) -> tuple[str, ...]:
-        """The texts of :data:`FIELDS`, in order."""
-        return (
-            self.name,
-            self.title,
-            " ".join(self.keywords),
-            self.description,
-            " ".join(self.param_names),
-            " ".join(self.categories),
-        )
-
-
-def _text(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _annotation_title(annotations: object) -> str:
-    return _text(annotations.get("title")) if isinstance(annotations, Mapping) else ""
-
-
-def _strings(value: object) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, list | tuple):
-        return tuple(item for item in value if isinstance(item, str) and item)
-    return ()
-
-
-def _derive_categories(server_id: str, name: str, explicit: tuple[str, ...]) -> tuple[str, ...]:
-    found: dict[str, None] = {}
-    for category in (*explicit, server_id, server_id.rsplit(".", 1)[-1]):
-        if category:
-            found[category.lower()] = None
-    namespace, dot, _ = name.partition(".")
-    if dot and namespace:
-        found[namespace.lower()] = None
-    return tuple(found)
-
-
-Visibility = Callable[[IndexedTool], bool]
-"""The principal's visibility: ``True`` for a tool the caller may see and use."""
 
 DocKey = tuple[str, str]  # (server_id, name)
 Tf = tuple[int, ...]  # per-field term frequency, aligned with FIELDS
@@ -281,89 +124,6 @@ class _Backend:
     keys: list[DocKey] = field(default_factory=list)
 
 
-# -- parameters and result ----------------------------------------------------------------------------------
-
-
-class DiscoveryParamsError(ValueError):
-    """Invalid ``mgp/tools/discover`` parameters (the caller answers with invalid params)."""
-
-
-_STRATEGIES = ("keyword", "semantic", "category")
-_STATUSES = ("connected", "disconnected", "all")
-
-
-@dataclass(slots=True, frozen=True)
-class DiscoverParams:
-    """``mgp/tools/discover`` / ``mgp.tools.discover`` arguments (§16.5)."""
-
-    query: str
-    strategy: str = "keyword"
-    max_results: int = DEFAULT_MAX_RESULTS
-    categories: tuple[str, ...] | None = None
-    risk_level_max: str | None = None
-    status: str | None = None
-
-
-def parse_discover_params(params: Mapping[str, Any] | None) -> DiscoverParams:
-    """Validate the wire params: ``{query, strategy?, max_results?, filter?: {categories, risk_level_max,
-    status}}``. ``max_results`` is clamped to ``1..MAX_RESULTS_CAP``."""
-    params = params or {}
-    query = params.get("query", "")
-    if not isinstance(query, str):
-        raise DiscoveryParamsError("query must be a string")
-    strategy = params.get("strategy", "keyword")
-    if strategy not in _STRATEGIES:
-        raise DiscoveryParamsError(f"strategy must be one of {', '.join(_STRATEGIES)}")
-    raw_max = params.get("max_results", DEFAULT_MAX_RESULTS)
-    if isinstance(raw_max, bool) or not isinstance(raw_max, int | float) or not math.isfinite(raw_max):
-        raise DiscoveryParamsError("max_results must be a number")
-    max_results = max(1, min(MAX_RESULTS_CAP, int(raw_max)))
-    flt = params.get("filter")
-    flt = {} if flt is None else flt
-    if not isinstance(flt, Mapping):
-        raise DiscoveryParamsError("filter must be an object")
-    categories = flt.get("categories")
-    if categories is not None and (
-        not isinstance(categories, list) or not all(isinstance(item, str) for item in categories)
-    ):
-        raise DiscoveryParamsError("filter.categories must be an array of strings")
-    risk = flt.get("risk_level_max")
-    if risk is not None and (not isinstance(risk, str) or risk.lower() not in RISK_RANKS):
-        raise DiscoveryParamsError("filter.risk_level_max must be one of safe, moderate, dangerous")
-    status = flt.get("status")
-    if status is not None and status not in _STATUSES:
-        raise DiscoveryParamsError("filter.status must be one of connected, disconnected, all")
-    return DiscoverParams(
-        query=query,
-        strategy=strategy,
-        max_results=max_results,
-        categories=tuple(categories) if categories is not None else None,
-        risk_level_max=risk,
-        status=status,
-    )
-
-
-@dataclass(slots=True)
-class DiscoverResult:
-    tools: list[dict[str, Any]]
-    total_available: int
-    search_strategy: str
-    query_time_ms: float
-    fallback_strategy: str | None = None
-
-    def to_wire(self) -> dict[str, Any]:
-        """The §16.5 result object."""
-        out: dict[str, Any] = {
-            "tools": self.tools,
-            "total_available": self.total_available,
-            "search_strategy": self.search_strategy,
-            "query_time_ms": self.query_time_ms,
-        }
-        if self.fallback_strategy is not None:
-            out["fallback_strategy"] = self.fallback_strategy
-        return out
-
-
 # -- the index ----------------------------------------------------------------------------------------------
 
 
@@ -376,8 +136,8 @@ class ToolIndex:
         self._docs: dict[DocKey, _Doc] = {}
         self._backends: dict[str, _Backend] = {}
         self._postings: dict[str, dict[DocKey, Tf]] = {}
-        self._field_sums = [0] * _NFIELDS  # total tokens per field, over every indexed tool
-        self._field_present = [0] * _NFIELDS  # tools with a non-empty field
+        self._field_sums = [0] * NFIELDS  # total tokens per field, over every indexed tool
+        self._field_present = [0] * NFIELDS  # tools with a non-empty field
         self._factors: dict[tuple[float, ...], dict[DocKey, tuple[float, ...]]] = {}  # see _rank
         self._prefixes: dict[str, set[str]] = {}
 
@@ -426,7 +186,7 @@ class ToolIndex:
                 self._field_sums[slot] += len(tokens)
                 self._field_present[slot] += 1
             for token in tokens:
-                per_term.setdefault(token, [0] * _NFIELDS)[slot] += 1
+                per_term.setdefault(token, [0] * NFIELDS)[slot] += 1
         tfs = {term: tuple(counts) for term, counts in per_term.items()}
         for term, tf in tfs.items():
             postings = self._postings.get(term)
@@ -509,15 +269,15 @@ class ToolIndex:
         started = time.perf_counter()
         if limit < 1:
             raise ValueError("limit must be at least 1")
-        if strategy not in _STRATEGIES:
+        if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}")
-        ceiling = _RISK_UNKNOWN
+        ceiling = RISK_UNKNOWN
         if risk_level_max is not None:
             if risk_level_max.lower() not in RISK_RANKS:
                 raise ValueError(f"unknown risk level {risk_level_max!r}")
             ceiling = RISK_RANKS[risk_level_max.lower()]
         status = status or "connected"
-        if status not in _STATUSES:
+        if status not in STATUSES:
             raise ValueError(f"unknown status {status!r}")
         wanted = tuple(category.lower() for category in categories) if categories else ()
         if strategy == "category" and query.strip():
@@ -555,7 +315,7 @@ class ToolIndex:
         """The ``limit`` best of ``corpus`` for ``tokens`` (BM25F; see the module docstring)."""
         if not corpus:
             return []
-        meaningful = [token for token in tokens if token not in _STOPWORDS] or tokens
+        meaningful = [token for token in tokens if token not in STOPWORDS] or tokens
         terms = list(dict.fromkeys(meaningful))
         prefixing = len(terms) <= PREFIX_QUERY_MAX_TOKENS
         count = len(corpus)
@@ -566,7 +326,7 @@ class ToolIndex:
         if whole:
             sums, present = self._field_sums, self._field_present
         else:
-            sums, present = [0] * _NFIELDS, [0] * _NFIELDS
+            sums, present = [0] * NFIELDS, [0] * NFIELDS
             for doc in corpus:
                 for slot, length in enumerate(doc.lengths):
                     if length:
@@ -584,8 +344,8 @@ class ToolIndex:
                 del self._factors[next(iter(self._factors))]
             factors = self._factors[key_averages] = {}
         w0, w1, w2, w3, w4, w5 = FIELD_WEIGHTS
-        c0, c1, c2, c3, c4, c5 = (1.0 - b for b in _FIELD_B)
-        d0, d1, d2, d3, d4, d5 = (b / average for b, average in zip(_FIELD_B, averages, strict=True))
+        c0, c1, c2, c3, c4, c5 = (1.0 - b for b in FIELD_B)
+        d0, d1, d2, d3, d4, d5 = (b / average for b, average in zip(FIELD_B, averages, strict=True))
 
         totals: dict[DocKey, float] = {}
         upper = 0.0
@@ -617,7 +377,7 @@ class ToolIndex:
             idf = math.log(1.0 + (count - df + 0.5) / (df + 0.5))
             upper += idf
             for key, value in pseudo.items():
-                totals[key] = totals.get(key, 0.0) + idf * value / (_K1 + value)
+                totals[key] = totals.get(key, 0.0) + idf * value / (K1 + value)
 
         exact = tuple(tokens)
         ranked: list[tuple[float, str, str, float]] = []
@@ -625,10 +385,4 @@ class ToolIndex:
             boost = upper if docs[key].name_tokens == exact else 0.0
             ranked.append((-(score + boost), key[1], key[0], score + boost))
         best = heapq.nsmallest(limit, ranked)
-        return [(_relevance(total, upper), docs[(server_id, name)].tool) for _, name, server_id, total in best]
-
-
-def _relevance(score: float, upper: float) -> float:
-    if upper <= 0.0 or not math.isfinite(score):
-        return 0.0
-    return round(min(1.0, max(0.0, score / upper)), 4)
+        return [(relevance(total, upper), docs[(server_id, name)].tool) for _, name, server_id, total in best]
