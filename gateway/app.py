@@ -77,6 +77,7 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
         sessions=sessions,
         catalog=gw.catalog,
         identity=gw.server_identity,
+        mgp=gw.mgp_server,
         listen_admission=ListenAdmission(gw.chain, gw.catalog, gw.subscriptions, router),
         limits=limits,
     )

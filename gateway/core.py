@@ -9,7 +9,7 @@ from functools import partial
 from typing import Any
 
 from adapters import mcpl
-from adapters.mgp import strip as mgp_strip
+from adapters.mgp import security as mgp_security, strip as mgp_strip
 from gateway import __version__, jsonrpc
 from gateway.audit import AuditLog
 from gateway.bus import Bus, make_bus
@@ -22,6 +22,8 @@ from gateway.mcpx.hub import TopicHub
 from gateway.metrics import Metrics
 from gateway.mgp.access_methods import AccessMethods
 from gateway.mgp.kernel import Kernel
+from gateway.mgp.news import MgpNews
+from gateway.mgp.server import MgpServer
 from gateway.mgp.tool_facts import ToolFacts
 from gateway.mrtr import Parking
 from gateway.routing import Router
@@ -131,6 +133,14 @@ class Gateway:
         # the chain need per tools/call comes from gateway/mgp/tool_facts.py.
         self.mgp_kernel = Kernel(config.mgp, self.connections)
         self.mgp_tools = ToolFacts(config.mgp, self.mgp_kernel)
+        # ... and one MGP server toward its clients (gateway/mgp/server.py); each feature adds its operations.
+        self.mgp_server = MgpServer(
+            chain=self.chain,
+            tool_facts=self.mgp_tools,
+            trust_of=lambda backend: mgp_security.effective_trust(config.mgp.trust.get(backend)),
+        )
+        self.mgp_news = MgpNews()  # what backends send that concerns MGP, to the feature handling it
+        self.mgp_server.add(AccessMethods(self.mgp_access, self._tools_changed).handlers())  # §5.4
         # Legacy-era twins of dual-era backends, opened on first need (the handler is made below).
         self.affinity = EraAffinity(self._legacy_twin, config.limits.startup_wait_s)
         self.router = Router(
@@ -147,15 +157,23 @@ class Gateway:
             levels=levels,
             mcpl=self.mcpl,
             tool_facts=self.mgp_tools.for_call,
+            mgp=self.mgp_server,
             sessions=self.sessions,
             identity=self.server_identity,
             audit=self.audit,
             metrics=self.metrics,
         )
-        for method, handler in AccessMethods(self.mgp_access, self._tools_changed).handlers().items():
-            self.router.register(method, handler)  # MGP §5.4, answered by the gateway itself
+        for method, handler in self.mgp_server.methods().items():
+            self.router.register(method, handler)  # MGP operations, answered by the gateway itself
         backend_events = BackendEvents(
-            self.catalogs, self.sessions, self.subscriptions, levels, self.mcpl, self.metrics, config.limits
+            self.catalogs,
+            self.sessions,
+            self.subscriptions,
+            levels,
+            self.mcpl,
+            self.metrics,
+            config.limits,
+            self.mgp_news,
         )
         self._twin_events = TwinEvents(backend_events)
         client_info = self._client_info = {"name": "switchboard", "version": __version__}
@@ -344,6 +362,7 @@ class Gateway:
         self.metrics.sessions.labels(session.transport).dec()
         self.client_messages.session_ended(session)
         self.mcpl.session_ended(session)
+        self.mgp_server.session_ended(session)
 
     # ---- identity ----------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from policies.principal import Principal
 if TYPE_CHECKING:
     from gateway.federation import View
     from gateway.mcpl.state import McplSession
+    from gateway.mgp.client import MgpClient
     from gateway.upstreams.connection import BackendConnection, Pending
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,8 @@ class ClientSession:
         self.missing_capabilities: list[str] = []
         # An MCPL host's feature-set choices, scopes and approvals (None: not an MCPL host).
         self.mcpl: McplSession | None = None
+        # What an MGP client negotiated with the gateway (None: it sees no MGP field; gateway/mgp/).
+        self.mgp: MgpClient | None = None
         self._short = session_id[:8]
         self._stream_ids = itertools.count(1)
         self._out_ids = itertools.count(1)

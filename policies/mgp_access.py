@@ -363,13 +363,25 @@ class MgpAccessPolicy:
         return Decision(False, POLICY, MGP_ACCESS_DENIED, reason, data, Outcome.DENIED)
 
 
-ADMIN_METHODS = frozenset({"mgp/access/grant", "mgp/access/revoke"})
+# The operations MGP marks ``admin_only`` (MGP_SPEC.md §1.6.3), as methods: a kernel tool call is
+# admitted as its method, so this one check covers both wires (adapters/mgp/names.py ADMIN_ONLY).
+ADMIN_METHODS = frozenset(
+    {
+        "mgp/access/grant",
+        "mgp/access/revoke",
+        "mgp/lifecycle/shutdown",
+        "mgp/discovery/register",
+        "mgp/discovery/deregister",
+    }
+)
 
 
 class MgpAccessAdminPolicy:
-    """Who may change the access table (§5.4): ``mgp/access/grant`` and ``mgp/access/revoke`` need the
-    admin capability ``mgp/request:mgp/access/grant`` (or ``.../revoke``; ``mgp/request:mgp/access/*``
-    covers both) among the principal's capabilities. Queries are open to every caller (admission)."""
+    """Who may change the gateway (§5.4, §1.6.3 admin-only): ``mgp/access/grant`` and ``revoke``,
+    ``mgp/lifecycle/shutdown``, ``mgp/discovery/register`` and ``deregister`` need the admin
+    capability ``mgp/request:<method>`` (``mgp/request:mgp/access/*`` covers both access changes)
+    among the principal's capabilities; refused with 1000 PERMISSION_DENIED. Queries are open to
+    every caller (admission)."""
 
     name = "mgp.access_admin"
     stage: Stage = "admission"

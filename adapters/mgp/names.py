@@ -227,6 +227,40 @@ KERNEL_TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
         },
         ["reason", "context", "requirements"],
     ),
+    "mgp.tools.session": _obj({}),
+    "mgp.tools.session.evict": _obj({"tools": _STRS, "reason": _STR}, ["tools"]),
+    "mgp.stream.cancel": _obj(
+        {"request_id": {"type": ["string", "integer"], "description": "The streamed call's id"}, "reason": _STR},
+        ["request_id"],
+    ),
+    "mgp.events.pending_callbacks": _obj({}),
+    "mgp.callback.respond": _obj(
+        {"callback_id": _STR, "response": {"description": "The answer: a string or an object"}},
+        ["callback_id", "response"],
+    ),
+}
+# One line each, for the kernel tools' ``description`` in tools/list.
+KERNEL_TOOL_DESCRIPTIONS: dict[str, str] = {
+    "mgp.access.query": "Query the access-control entries of an agent for a server (and tool).",
+    "mgp.access.grant": "Grant or deny an agent access to a server or one of its tools (operator only).",
+    "mgp.access.revoke": "Revoke an access-control entry (operator only).",
+    "mgp.audit.replay": "Replay audit events since a sequence number or timestamp.",
+    "mgp.events.replay": "Replay events of a subscribed channel since a sequence number.",
+    "mgp.events.subscribe": "Subscribe to event channels (audit, lifecycle, or a server's channels).",
+    "mgp.events.unsubscribe": "Cancel an event subscription.",
+    "mgp.events.pending_callbacks": "List callback requests still waiting for an answer.",
+    "mgp.callback.respond": "Answer a server's callback request.",
+    "mgp.health.ping": "Check that a server (or the gateway) is alive.",
+    "mgp.health.status": "Health, lifecycle state and resource usage of a server (or the gateway).",
+    "mgp.lifecycle.shutdown": "Drain and stop a server: finish calls in flight, refuse new ones (operator only).",
+    "mgp.discovery.list": "List the servers this gateway federates.",
+    "mgp.discovery.register": "Register a new server at runtime (operator only).",
+    "mgp.discovery.deregister": "Remove a server registered at runtime (operator only).",
+    "mgp.tools.discover": "Find tools by describing the capability you need; returns ranked matches.",
+    "mgp.tools.request": "Ask the kernel for a tool that fills a capability gap; loads it into this session.",
+    "mgp.tools.session": "The tools loaded into this session's context and its token budget.",
+    "mgp.tools.session.evict": "Remove tools from this session's context to free tokens.",
+    "mgp.stream.cancel": "Cancel a streamed tool call; returns what arrived so far.",
 }
 # Kernel tools that change state: operator-level callers only (§1.6.3 admin-only enforcement).
 ADMIN_ONLY = frozenset(

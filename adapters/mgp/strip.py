@@ -84,6 +84,19 @@ def strip_tools(tools: Any) -> Any:
     ]
 
 
+def without_reserved(tools: list[Any]) -> list[Any]:
+    """A backend's ``tools`` without the ones using the kernel's reserved names (for MGP clients,
+    who see the tools' MGP fields but never a backend's ``mgp.*`` tool, §1.6.3)."""
+    return [
+        tool
+        for tool in tools
+        if not (
+            isinstance(tool, dict)
+            and (names.is_reserved_tool_name(tool.get("name")) or names.is_kernel_tool_entry(tool))
+        )
+    ]
+
+
 def _strip_body(body: Any, *, result: bool) -> Any:
     """params or result: flat ``_mgp`` keys, ``_meta``, capabilities, and a result's ``tools``."""
     if not isinstance(body, dict):

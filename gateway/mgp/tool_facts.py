@@ -42,6 +42,12 @@ class ToolFacts:
             return None
         return security.merge(security.parse_security(declared), security.parse_security(configured))
 
+    def listed(self, backend: str, tool: str, item: Mapping[str, Any], trust_level: str | None) -> dict[str, Any]:
+        """``item`` (a listed tool) as an MGP client sees it: ``security`` is the backend's declaration
+        under the operator's, assessed with the backend's trust level (§4.6 effective_risk_level)."""
+        configured = self._configured.get(backend, {}).get(tool)
+        return security.secure_tool(item, trust_level, security.parse_security(configured))
+
     def for_call(self, backend: str, tool: str, item: Mapping[str, Any] | None) -> dict[str, Any] | None:
         """``Target.facts`` entries for a call of ``tool`` (the backend's own name) on ``backend``:
         the permission gate's when the tool requires permissions, the validators' when it names one."""

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from gateway.config import Limits
     from gateway.mcpl import McplRelay
     from gateway.metrics import Metrics
+    from gateway.mgp.news import MgpNews
     from gateway.routing.levels import BackendLevels
     from gateway.routing.subscriptions import Subscriptions
     from gateway.sessions import SessionStore
@@ -56,6 +57,7 @@ class BackendEvents:
         mcpl: McplRelay,
         metrics: Metrics,
         limits: Limits,
+        mgp: MgpNews,
     ) -> None:
         self._catalogs = catalogs
         self._sessions = sessions
@@ -64,6 +66,7 @@ class BackendEvents:
         self._mcpl = mcpl
         self._metrics = metrics
         self._limits = limits
+        self._mgp = mgp
 
     def _sessions_of(self, backend: str) -> list[ClientSession]:
         return [s for s in self._sessions if not s.closed and backend in s.view.backends]
@@ -80,6 +83,7 @@ class BackendEvents:
         conn.spawn(self._levels.sync((conn.name,)))
         self._subscriptions.backend_connected(conn)
         self._announce_list_changes(conn, initial=True)
+        self._mgp.state(conn, "ready")
 
     def on_disconnected(self, conn: BackendConnection, reason: str) -> None:
         self._catalogs[conn.name].invalidate()
@@ -87,6 +91,7 @@ class BackendEvents:
         self._mcpl.backend_disconnected(conn)
         self.requests_lost(conn, reason)
         self._announce_list_changes(conn, initial=False)
+        self._mgp.state(conn, "disconnected", reason)
 
     def requests_lost(self, conn: BackendConnection, reason: str) -> None:
         """``conn`` went away: its requests still waiting for a client's answer are dropped, and
@@ -117,8 +122,9 @@ class BackendEvents:
         if self._mcpl.on_server_request(conn, message, owner):
             return
         if mgp_strip.is_mgp_only(message):
-            # An MGP callback (§13.4): no client has negotiated MGP with the gateway to answer it.
-            self._refuse(conn, upstream_id, f"no client session can answer {method}")
+            # An MGP request (gateway/mgp/news.py): a feature of the gateway's MGP server answers it.
+            if not self._mgp.request(conn, message, owner):
+                self._refuse(conn, upstream_id, f"no client session can answer {method}")
             return
         session: ClientSession | None = None
         channel: Channel | None = None
@@ -206,6 +212,8 @@ class BackendEvents:
         method = message.get("method", "")
         if self._mcpl.on_server_notification(conn, message):
             return
+        if self._mgp.notification(conn, message):
+            return  # MGP news (stream chunks, lifecycle, events, callbacks): gateway/mgp/news.py
         message = mgp_strip.for_plain_client(message)
         if message is None:
             return  # MGP-only news (audit, lifecycle, events, stream chunks) has no client that asked for it

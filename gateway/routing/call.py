@@ -83,10 +83,11 @@ class CallSink:
         return self.session.log_level
 
     def deliver(self, message: dict[str, Any]) -> None:
-        plain = mgp_strip.for_plain_client(message)  # no client negotiates MGP with the gateway yet
-        if plain is None:
-            return
-        message = plain
+        if self.session.mgp is None:
+            plain = mgp_strip.for_plain_client(message)  # a plain MCP client sees no MGP field
+            if plain is None:
+                return
+            message = plain
         if message.get("method") == "notifications/message":
             params = message.get("params")
             if isinstance(params, dict) and not self.session.wants_log(params.get("level")):

@@ -89,8 +89,11 @@ class Catalog:
         self._metrics = metrics
         self._config = config
 
-    async def page(self, view: View, kind: ListKind, cursor: Any, principal: Principal) -> dict[str, Any]:
-        """One page of a list as ``principal`` may see it (the result of a ``*/list`` request)."""
+    async def page(
+        self, view: View, kind: ListKind, cursor: Any, principal: Principal, *, mgp: bool = False
+    ) -> dict[str, Any]:
+        """One page of a list as ``principal`` may see it (the result of a ``*/list`` request);
+        ``mgp``: the client negotiated MGP and sees the tools' MGP fields (gateway/mgp/server.py)."""
         offset = decode_cursor(cursor)
         merged = await self.merged(view, kind)
         items = merged.items
@@ -98,8 +101,9 @@ class Catalog:
         # (capabilities; a tool whose definition changed and awaits approval; ...).
         items = [i for i in items if self._chain.visible(item_action(kind, i), principal, _target(merged, kind, i))]
         if kind == "tools":
-            # Plain MCP clients never see a tool's MGP fields, nor a backend's reserved mgp.* tools.
-            items = mgp_strip.strip_tools(items)
+            # No client sees a backend's reserved mgp.* tools (§1.6.3); plain MCP clients see no
+            # tool's MGP fields either.
+            items = mgp_strip.strip_tools(items) if not mgp else mgp_strip.without_reserved(items)
         size = self._config.federation.page_size
         result: dict[str, Any] = {kind: items[offset : offset + size]}
         if offset + size < len(items):

@@ -54,8 +54,9 @@ def finish(
     """The backend's answer under the client's id, with names rewritten for the client's view.
     A legacy client does not see the modern era's result fields."""
     if "result" in response:
-        # No client negotiates MGP with the gateway yet: none sees a backend's MGP fields (issue 12).
-        result = mgp_strip.strip({"result": response["result"]})["result"]
+        result = response["result"]
+        if session.mgp is None:  # a plain MCP client never sees a backend's MGP fields (issue 12)
+            result = mgp_strip.strip({"result": result})["result"]
         result = session.codec.result(result)
         return jsonrpc.result(client_id, rewrite_result(session.view.namer, backend, method, result))
     error = response.get("error")

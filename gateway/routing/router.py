@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from gateway.events import Event
     from gateway.mcpl import McplRelay
     from gateway.metrics import Metrics
+    from gateway.mgp.server import MgpServer
     from gateway.routing.catalog import Catalog
     from gateway.routing.client_messages import ClientMessages
     from gateway.routing.forwarding import Forwarder
@@ -80,6 +81,7 @@ class Router:
         levels: BackendLevels,
         mcpl: McplRelay,
         tool_facts: ToolFactsOf,
+        mgp: MgpServer,
         sessions: SessionStore,
         identity: Identity,
         audit: AuditLog,
@@ -93,6 +95,7 @@ class Router:
         self._levels = levels
         self._mcpl = mcpl
         self._tool_facts = tool_facts
+        self._mgp = mgp
         self._sessions = sessions
         self._identity = identity
         self._audit = audit
@@ -260,6 +263,7 @@ class Router:
         result = self._identity(session.view)
         result["protocolVersion"] = version
         self._mcpl.on_initialize(session, params, result)
+        self._mgp.on_initialize(session, params, result)
         return Routed(jsonrpc.result(call.rpc_id, result))
 
     async def _mcpl_request(self, call: Call) -> Routed:
@@ -281,7 +285,13 @@ class Router:
 
     async def _list(self, call: Call) -> Routed:
         kind: ListKind = LIST_METHODS[call.event.method or ""]
-        page = await self._catalog.page(call.session.view, kind, call.params.get("cursor"), call.principal)
+        session, cursor = call.session, call.params.get("cursor")
+        mgp = session.mgp is not None
+        page = await self._catalog.page(session.view, kind, cursor, call.principal, mgp=mgp)
+        if mgp and kind == "tools":
+            merged = session.view.merged.get("tools")
+            index = merged.index if merged is not None else {}
+            page = self._mgp.list_tools(session, page, index.get, first_page=cursor is None)
         return Routed(jsonrpc.result(call.rpc_id, page))
 
     # ---- routed to a backend -----------------------------------------------------------------
@@ -289,6 +299,8 @@ class Router:
     async def _named_call(self, call: Call) -> Routed:
         session, event = call.session, call.event
         kind: ListKind = "tools" if event.method == "tools/call" else "prompts"
+        if kind == "tools" and self._mgp.is_kernel_call(session, event.params.get("name")):
+            return await self._mgp.call_kernel_tool(call)  # MGP §1.6: answered by the gateway itself
         backend, original = await self._catalog.resolve_name(session.view, kind, event.params.get("name"))
         params = {**event.params, "name": original}
         if kind == "tools" and self._chain.has_dispatch:

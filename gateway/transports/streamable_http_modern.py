@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from gateway.config import Limits
     from gateway.federation import View
+    from gateway.mgp.server import MgpServer
     from gateway.routing.catalog import Catalog
     from gateway.routing.router import Identity
     from gateway.sessions import SessionStore
@@ -78,6 +79,7 @@ class ModernExchange:
         sessions: SessionStore,
         catalog: Catalog,
         identity: Identity,
+        mgp: MgpServer,
         listen_admission: ListenAdmission,
         limits: Limits,
     ) -> None:
@@ -85,6 +87,7 @@ class ModernExchange:
         self._sessions = sessions
         self._catalog = catalog
         self._identity = identity
+        self._mgp = mgp
         self._listen_admission = listen_admission
         self._limits = limits
 
@@ -122,7 +125,7 @@ class ModernExchange:
             return
         session = self._session(view, credentials, envelope)
         if method == "server/discover":
-            result = self.discover(view)
+            result = self.discover(view, envelope.capabilities)
             await send_bytes(send, 200, jsonrpc.dumps(jsonrpc.result(rpc_id, result)))
             return
         if method == "subscriptions/listen":
@@ -157,6 +160,7 @@ class ModernExchange:
         session.log_level = envelope.log_level
         session.initialized = True
         session.codec = codecs.MODERN
+        self._mgp.adopt(session)  # MGP §2.6: this request's client capabilities may declare it
         return session
 
     @staticmethod
@@ -165,7 +169,7 @@ class ModernExchange:
             return 200, {**response, "result": mcp_modern.stamp_result(method, response["result"])}
         return http_status_of(response, modern=True), response
 
-    def discover(self, view: View) -> dict[str, Any]:
+    def discover(self, view: View, client_capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
         identity = self._identity(view)
         result: dict[str, Any] = {
             "supportedVersions": list(mcp_modern.MODERN_VERSIONS),
@@ -177,6 +181,8 @@ class ModernExchange:
         }
         if identity.get("instructions"):
             result["instructions"] = identity["instructions"]
+        if client_capabilities:
+            self._mgp.on_discover(client_capabilities, result)
         return result
 
     async def _check_param_headers(self, view: View, headers: dict[str, str], message: dict[str, Any]) -> None:

@@ -48,3 +48,41 @@ async def ask(gw: Gateway, session: ClientSession, message: dict[str, Any], **kw
     answer = await gw.router.handle(session, message, jsonrpc.Shape.REQUEST, session.standalone, **kw)
     assert answer is not None
     return answer
+
+
+ALL_EXTENSIONS = [
+    "permissions",
+    "tool_security",
+    "access_control",
+    "audit",
+    "code_safety",
+    "lifecycle",
+    "streaming",
+    "progress",
+    "callbacks",
+    "events",
+    "discovery",
+    "tool_discovery",
+    "error_handling",
+]
+
+
+async def mgp_session_of(
+    gw: Gateway,
+    version: str = "0.8.0",
+    extensions: list[str] | None = None,
+    *,
+    experimental: bool = False,
+    credentials: Credentials | None = None,
+) -> tuple[ClientSession, dict[str, Any]]:
+    """An initialized session of a client that declared MGP ``version`` with ``extensions`` (all the
+    draft's by default); returns it with the initialize result."""
+    session = gw.open_session("test", gw.federated, credentials or Credentials("anonymous", "anonymous"))
+    declared = {"version": version, "extensions": ALL_EXTENSIONS if extensions is None else extensions}
+    capabilities: dict[str, Any] = {"experimental": {"mgp": declared}} if experimental else {"mgp": declared}
+    request = initialize_request(0, capabilities=capabilities)
+    answer = await gw.router.handle(session, request, jsonrpc.Shape.REQUEST, session.standalone)
+    assert answer is not None and "result" in answer, answer
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    await gw.router.handle(session, note, jsonrpc.Shape.NOTIFICATION, session.standalone)
+    return session, answer["result"]
