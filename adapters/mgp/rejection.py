@@ -30,6 +30,7 @@ CODES = (
     "UNKNOWN",
 )
 _KNOWN = ("status", "code", "reason", "remediation_hint", "retryable")
+_ERROR_ONLY = ("error_code", "_mgp")  # a refusal's data fields that belong to the JSON-RPC error form
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,23 @@ def code_safety(violations: list[str], hints: Mapping[str, Any] | None = None) -
         remediation_hint="Change the code to avoid the listed violations.",
         extra=extra,
     )
+
+
+def from_refusal(data: object) -> dict[str, Any] | None:
+    """The rejection body a policy refusal carries in its ``data`` (``data["rejection"]``, or the
+    data itself when it is one), without the error-only fields; None when it carries none."""
+    if not isinstance(data, Mapping):
+        return None
+    body = data.get("rejection", data)
+    if not isinstance(body, Mapping) or body.get("status") not in STATUSES or not isinstance(body.get("reason"), str):
+        return None
+    return {key: value for key, value in body.items() if key not in _ERROR_ONLY}
+
+
+def envelope_result(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``tools/call`` result whose text is ``body`` (§14.7.2)."""
+    text = json.dumps(dict(body), ensure_ascii=False, separators=(",", ":"))
+    return {"isError": True, "content": [{"type": "text", "text": text}]}
 
 
 def parse(call_result: object) -> Rejection | None:

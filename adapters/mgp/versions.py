@@ -28,6 +28,7 @@ LATEST = SUPPORTED[-1]
 PERMISSION_AWAIT_SINCE = (0, 4)
 KERNEL_TOOLS_SINCE = (0, 5)
 SPLIT_EXTENSIONS_SINCE = (0, 6)
+REJECTION_ENVELOPE_SINCE = (0, 6)  # 0.6.1 (§14.7); a 0.6 peer is read as 0.6.1
 MODERN_ERA_SINCE = (0, 8)
 
 _SEMVER = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-+].*)?\s*$")

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import adapters
 from adapters import mcp as mcp_adapter
-from adapters.mgp import caps, names
+from adapters.mgp import caps, names, rejection, versions
 from gateway import jsonrpc
 from gateway.mgp.client import MgpClient, negotiate_client
 from gateway.routing.call import Call, Routed
@@ -193,6 +193,16 @@ class MgpServer:
             if method in self._handlers and self._chain.visible(f"mcp/request:{method}", principal, None):
                 listed.append(names.kernel_tool(tool, names.KERNEL_TOOL_DESCRIPTIONS.get(tool, "")))
         return listed
+
+    def refusal_result(self, session: ClientSession, data: object) -> dict[str, Any] | None:
+        """§14.7: a refused ``tools/call`` as the Tool Rejection Envelope, for a client of 0.6.1 or
+        later (earlier MGP clients and plain clients get the JSON-RPC error, whose ``data`` holds
+        the same body)."""
+        facet = session.mgp
+        if facet is None or not versions.at_least(facet.version, versions.REJECTION_ENVELOPE_SINCE):
+            return None
+        body = rejection.from_refusal(data)
+        return rejection.envelope_result(body) if body is not None else None
 
     # ---- kernel tool calls (§1.6) ----------------------------------------------------------------
 

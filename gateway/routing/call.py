@@ -49,12 +49,20 @@ Handler = Callable[[Call], Awaitable[Routed]]
 
 
 class PolicyDenied(jsonrpc.RpcError):
-    """A dispatch-stage policy said no (the request's target was already known)."""
+    """A dispatch-stage policy said no (the request's target was already known).
 
-    def __init__(self, decision: Decision, backend: str) -> None:
+    ``result``: the refusal as a result instead of an error, for a client whose dialect answers a
+    refused call that way (MGP's tool rejection envelope, §14.7); it is audited as a refusal all the same.
+    """
+
+    def __init__(self, decision: Decision, backend: str, result: dict[str, Any] | None = None) -> None:
         super().__init__(decision.code, decision.reason, decision.data)
         self.decision = decision
         self.backend = backend
+        self.result = result
+
+    def response(self, rpc_id: Any) -> dict[str, Any]:
+        return jsonrpc.result(rpc_id, self.result) if self.result is not None else jsonrpc.error_from(rpc_id, self)
 
 
 class CallSink:

@@ -204,7 +204,7 @@ class Router:
             response, backend = routed.response, routed.backend
             outcome = "error" if "error" in response else "ok"
         except PolicyDenied as denied:
-            response = jsonrpc.error_from(event.rpc_id, denied)
+            response = denied.response(event.rpc_id)
             decided = outcome = denied.decision.outcome
             backend, reason = denied.backend, denied.message
         except jsonrpc.RpcError as exc:
@@ -315,7 +315,7 @@ class Router:
                 facts = {**facts, **mgp_facts} if facts else mgp_facts
             decision = await self._chain.dispatch(event, call.principal, Target(backend, original, item, facts))
             if not decision.allowed:
-                raise PolicyDenied(decision, backend)
+                raise PolicyDenied(decision, backend, self._mgp.refusal_result(session, decision.data))
         if kind == "tools" and "featureSet" in params:
             params = self._mcpl.backend_params(session, backend, params)
         return await self._forwarder.forward(call, backend, params)

@@ -112,8 +112,17 @@ async def test_admin_only_kernel_tools_need_the_admin_capability(gateway: Gatewa
         gateway, session, rpc("tools/call", {"name": "mgp.access.grant", "arguments": grant}, 2), principal=admin
     )
     assert done["result"]["isError"] is False
-    refused_call = await ask(gateway, session, rpc("tools/call", ADD, 3))
-    assert refused_call["error"]["code"] == MgpCode.ACCESS_DENIED
+    # §14.7: a draft client gets the refused call as a Tool Rejection Envelope result ...
+    refused_call = (await ask(gateway, session, rpc("tools/call", ADD, 3)))["result"]
+    assert refused_call["isError"] is True
+    body = json.loads(refused_call["content"][0]["text"])
+    assert body["status"] == "denied" and body["code"] == "ACCESS_DENIED" and body["reason"]
+    assert "_mgp" not in body and "error_code" not in body
+    # ... a seed client and a plain client get the JSON-RPC error.
+    seed, _ = await mgp_session_of(gateway, "0.3.0", ["security", "access_control"])
+    assert (await ask(gateway, seed, rpc("tools/call", ADD, 4)))["error"]["code"] == MgpCode.ACCESS_DENIED
+    plain = await session_of(gateway)
+    assert (await ask(gateway, plain, rpc("tools/call", ADD, 5)))["error"]["code"] == MgpCode.ACCESS_DENIED
 
 
 async def test_kernel_tool_arguments_are_checked(gateway: Gateway) -> None:
