@@ -3,7 +3,8 @@
 The wrk benchmark shares two cores with its load generator and backend and swings ±20 % or more
 on a noisy VM; this measures the one thing a change to routing or policy code affects, in-process,
 against the builtin demo backend. Run: ``.venv/bin/python bench/router_cpu.py [--calls N] [--samples K]``.
-It prints every sample and the best one (the least disturbed by the machine).
+It prints every sample and the best one (the least disturbed by the machine). ``--mgp 0.8.0``
+makes the session an MGP client of that version (effective security, kernel tools, MGP results).
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from policies.auth import Credentials
 from tests.support import initialize_request
 
 CALL = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hi"}}}
-INIT = initialize_request(0, client="bench")
 
 
-async def measure(calls: int, samples: int, warmup: int) -> list[float]:
+async def measure(calls: int, samples: int, warmup: int, mgp: str | None = None) -> list[float]:
+    capabilities = {"mgp": {"version": mgp, "extensions": ["tool_security", "access_control"]}} if mgp else None
+    init = initialize_request(0, capabilities=capabilities, client="bench")
     gateway = Gateway(Config.model_validate({"backends": {"demo": {"transport": "builtin"}}}))
     await gateway.start()
     try:
@@ -34,7 +36,7 @@ async def measure(calls: int, samples: int, warmup: int) -> list[float]:
             raise SystemExit("the demo backend did not start")
         session = gateway.open_session("bench", gateway.federated, Credentials("anonymous", "anonymous"))
         router = gateway.router
-        await router.handle(session, INIT, jsonrpc.Shape.REQUEST, session.standalone)
+        await router.handle(session, init, jsonrpc.Shape.REQUEST, session.standalone)
         initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
         await router.handle(session, initialized, jsonrpc.Shape.NOTIFICATION, session.standalone)
         for _ in range(warmup):
@@ -55,8 +57,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=10_000, help="calls per sample")
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2_000)
+    parser.add_argument("--mgp", default=None, help="the session declares this MGP version (e.g. 0.8.0)")
     args = parser.parse_args()
-    results = asyncio.run(measure(args.calls, args.samples, args.warmup))
+    results = asyncio.run(measure(args.calls, args.samples, args.warmup, args.mgp))
     print("router CPU µs/call:", " ".join(f"{r:.1f}" for r in results), f"(best {min(results):.1f})")
 
 
