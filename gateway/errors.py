@@ -168,6 +168,39 @@ def mgp_error_data(code: int, *, retry_after_ms: int | None = None, **extra: Any
     return {"_mgp": recovery}
 
 
+# The gateway's own errors as an MGP client reads them (§14.3): same meaning, MGP's number.
+_MGP_EQUIVALENT: dict[int, MgpCode] = {
+    RATE_LIMITED: MgpCode.RATE_LIMITED,
+    SESSION_OVERLOADED: MgpCode.RESOURCE_EXHAUSTED,
+    BACKEND_UNAVAILABLE: MgpCode.UPSTREAM_UNAVAILABLE,
+    BACKEND_TIMEOUT: MgpCode.UPSTREAM_TIMEOUT,
+    CAPABILITY_DENIED: MgpCode.PERMISSION_DENIED,
+    TOOL_PINNED: MgpCode.TOOL_DISABLED,
+}
+
+
+_MGP_CODES = frozenset(int(member) for member in MgpCode)
+
+
+def as_mgp_error(error: dict[str, Any]) -> dict[str, Any]:
+    """One of the gateway's own JSON-RPC errors as an MGP client gets it (§14.3-§14.5): an MGP
+    code where one means the same, and ``data._mgp`` (category, retryable, ``retry_after_ms`` from
+    a rate limit's ``retryAfterMs``) on every MGP code. Other errors are returned as they are."""
+    code = error.get("code")
+    if not isinstance(code, int) or isinstance(code, bool):
+        return error
+    member = _MGP_EQUIVALENT.get(code) or (MgpCode(code) if code in _MGP_CODES else None)
+    if member is None:
+        return error
+    found = error.get("data")
+    data: dict[str, Any] = found if isinstance(found, dict) else {}
+    if isinstance(data.get("_mgp"), dict):
+        return {**error, "code": int(member)}
+    retry = data.get("retryAfterMs")
+    retry_ms = retry if isinstance(retry, int) and not isinstance(retry, bool) else None
+    return {**error, "code": int(member), "data": {**data, **mgp_error_data(member, retry_after_ms=retry_ms)}}
+
+
 _LEGACY_STATUS = {RATE_LIMITED: 429}
 _MODERN_STATUS = {
     PARSE_ERROR: 400,

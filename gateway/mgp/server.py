@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import adapters
 from adapters import mcp as mcp_adapter
 from adapters.mgp import caps, names, rejection, versions
-from gateway import jsonrpc
+from gateway import errors, jsonrpc
 from gateway.mgp.client import MgpClient, negotiate_client
 from gateway.routing.call import Call, Routed
 
@@ -203,6 +203,15 @@ class MgpServer:
             return None
         body = rejection.from_refusal(data)
         return rejection.envelope_result(body) if body is not None else None
+
+    @staticmethod
+    def own_error(response: dict[str, Any]) -> dict[str, Any]:
+        """One of the gateway's own error answers as an MGP client reads it (§14.3-§14.5: MGP's
+        code and ``data._mgp``); results and backends' errors never come here."""
+        error = response.get("error")
+        if not isinstance(error, dict):
+            return response
+        return {**response, "error": errors.as_mgp_error(error)}
 
     # ---- kernel tool calls (§1.6) ----------------------------------------------------------------
 

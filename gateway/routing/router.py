@@ -189,7 +189,8 @@ class Router:
             if shape is jsonrpc.Shape.NOTIFICATION:
                 log.info("dropped notification %s: %s", event.method, decision.reason)
                 return None
-            return jsonrpc.error(event.rpc_id, decision.code, decision.reason, decision.data)
+            refused = jsonrpc.error(event.rpc_id, decision.code, decision.reason, decision.data)
+            return refused if session.mgp is None else self._mgp.own_error(refused)
         if shape is jsonrpc.Shape.NOTIFICATION:
             await self._client.notification(session, event)
             return None
@@ -207,9 +208,13 @@ class Router:
             response = denied.response(event.rpc_id)
             decided = outcome = denied.decision.outcome
             backend, reason = denied.backend, denied.message
+            if session.mgp is not None:
+                response = self._mgp.own_error(response)  # §14: the gateway's own error, MGP's code
         except jsonrpc.RpcError as exc:
             response = jsonrpc.error_from(event.rpc_id, exc)
             outcome = _OUTCOME_OF_CODE.get(exc.code, "error")
+            if session.mgp is not None:
+                response = self._mgp.own_error(response)
         self._metrics.observe_request(
             self._metric_method(event.method), backend, outcome, time.perf_counter() - started
         )
