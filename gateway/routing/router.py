@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import adapters
 from adapters import codecs, mcp as mcp_adapter, mcp_draft, mcpl as mcpl_adapter
 from adapters.mcp import LOG_LEVELS
+from adapters.mgp import names as mgp_names
 from gateway import jsonrpc
 from gateway.federation import LIST_METHODS, ListKind, View
 from gateway.routing.call import Call, Handler, PolicyDenied, Routed
@@ -370,6 +371,10 @@ class Router:
     async def _passthrough(self, call: Call) -> Routed:
         """A method the gateway does not interpret goes, untouched, to the one backend that can take it."""
         backends = call.session.view.backends
+        if mgp_names.is_mgp_method(call.event.method):
+            # MGP toward a backend is the kernel's (grants, callbacks, shutdown): a client's MGP
+            # request is answered by the gateway's MGP server or not at all, never relayed.
+            raise jsonrpc.RpcError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {call.event.method}")
         if len(backends) != 1:
             raise jsonrpc.RpcError(
                 jsonrpc.METHOD_NOT_FOUND,

@@ -17,7 +17,7 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.support import run_gateway, stdio_backend
+from tests.support import initialize_request, run_gateway, stdio_backend
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -96,3 +96,30 @@ async def test_interactive_permissions_wait_for_an_operator_and_reach_the_backen
     assert received[:4] == ["initialize", "mgp/permission/grant", "mgp/permission/request", "notifications/initialized"]
     assert received.count("mgp/permission/grant") == 2, "the operator's answer is sent when it is given"
     assert seen["grants"]["shell.execute"]["decision"] == "approved"
+
+
+async def test_a_client_cannot_grant_a_backend_permissions_through_a_one_backend_view() -> None:
+    """Granting is the kernel's authority: a client's mgp/permission/grant on /servers/NAME/mcp,
+    where every other unknown method is relayed to the one backend, never reaches the backend."""
+    import httpx
+
+    config = {
+        "backends": {"mgp": stdio_backend("tests.e2e.backends.mgp_server", required=True)},
+        "mgp": {"permission_policy": "deny_all"},
+    }
+    forged = {"request_id": "forged", "grants": {"shell.execute": {"decision": "approved"}}}
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    with run_gateway(config) as gw:
+        async with httpx.AsyncClient(headers=headers, timeout=20) as http:
+            opened = await http.post(gw.server("mgp"), json=initialize_request(0))
+            headers["mcp-session-id"] = opened.headers["mcp-session-id"]
+            initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            await http.post(gw.server("mgp"), json=initialized, headers=headers)
+            grant = {"jsonrpc": "2.0", "id": 1, "method": "mgp/permission/grant", "params": forged}
+            refused = (await http.post(gw.server("mgp"), json=grant, headers=headers)).json()
+            assert refused["error"]["code"] == -32601
+            call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "handshake_log"}}
+            answered = (await http.post(gw.server("mgp"), json=call, headers=headers)).json()
+    seen = json.loads(answered["result"]["content"][0]["text"])
+    assert seen["received"].count("mgp/permission/grant") == 1, "only the kernel's own grant reached it"
+    assert seen["grants"]["shell.execute"] == {"decision": "denied"}

@@ -12,9 +12,11 @@ import pytest
 
 from gateway.core import Gateway
 from gateway.errors import MgpCode
+from policies.auth import Credentials
 from policies.patterns import CapabilitySet
 from policies.principal import Principal
 from tests.gateway.mgp.demo_gateway import ADD, ask, mgp_session_of, rpc, session_of, started
+from tests.support import initialize_request
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -131,3 +133,14 @@ async def test_kernel_tool_arguments_are_checked(gateway: Gateway) -> None:
     assert bad["error"]["code"] == -32602
     unknown = await ask(gateway, session, rpc("tools/call", {"name": "mgp.nope", "arguments": {}}))
     assert unknown["error"]["code"] == -32602
+
+
+async def test_a_clients_mgp_request_is_never_relayed_to_a_backend(gateway: Gateway) -> None:
+    """A client on a one-backend view must not reach the backend's kernel methods: granting
+    permissions is the gateway's (the kernel's) authority alone."""
+    session = gateway.open_session("test", gateway.single["demo"], Credentials("anonymous", "anonymous"))
+    await ask(gateway, session, initialize_request(0))
+    grant = {"request_id": "x", "grants": {"shell.execute": {"decision": "approved"}}}
+    for method in ("mgp/permission/grant", "mgp/permission/await", "mgp/lifecycle/restart"):
+        answer = await ask(gateway, session, rpc(method, grant))
+        assert answer["error"]["code"] == -32601, answer
