@@ -12,6 +12,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from adapters.mgp import names as mgp_names
 from gateway import jsonrpc
 
 if TYPE_CHECKING:
@@ -49,6 +50,11 @@ class ClientMessages:
         if method == "notifications/progress":
             return  # progress on a client's own work for a backend request: no backend tracks it
         if await self._mcpl.on_host_notification(session, event):
+            return
+        if mgp_names.is_mgp_notification(method):
+            # Kernel-to-server MGP news (audit, events, stream pace) is the gateway's to send to its
+            # backends: a client's would be forged (MGP_SPEC.md §1.6.2).
+            log.info("session %s: dropped client notification %s", session.id[:8], method)
             return
         # Everything else (roots/list_changed, extension notifications) goes to every backend it may concern.
         for name in session.view.backends:

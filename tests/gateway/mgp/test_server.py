@@ -5,11 +5,13 @@ clients unaffected."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 
 import pytest
 
+from gateway import jsonrpc
 from gateway.core import Gateway
 from gateway.errors import MgpCode
 from policies.auth import Credentials
@@ -144,3 +146,20 @@ async def test_a_clients_mgp_request_is_never_relayed_to_a_backend(gateway: Gate
     for method in ("mgp/permission/grant", "mgp/permission/await", "mgp/lifecycle/restart"):
         answer = await ask(gateway, session, rpc(method, grant))
         assert answer["error"]["code"] == -32601, answer
+
+
+async def test_a_clients_mgp_notification_is_not_relayed_to_backends(gateway: Gateway) -> None:
+    sent: list[dict[str, object]] = []
+    conn = gateway.connections["demo"]
+
+    async def record(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    conn.send = record  # type: ignore[method-assign]
+    session, _ = await mgp_session_of(gateway)
+    forged = {"jsonrpc": "2.0", "method": "notifications/mgp.event", "params": {"channel": "x", "_mgp.seq": 1}}
+    roots = {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}
+    for note in (forged, roots):
+        await gateway.router.handle(session, note, jsonrpc.Shape.NOTIFICATION, session.standalone)
+    await asyncio.sleep(0.05)
+    assert [m["method"] for m in sent] == ["notifications/roots/list_changed"], "MCP news still goes"
