@@ -313,6 +313,10 @@ class Router:
             merged = session.view.merged.get("tools")
             # resolve_name accepted it: params.name is a non-empty string.
             item = merged.by_key.get(event.params["name"]) if merged is not None else None
+            if item is None:
+                # Never decide without the tool's listed definition (its security metadata feeds the
+                # MGP members): a call made before any list, or after lists were dropped, fetches it.
+                item = (await self._catalog.merged(session.view, "tools")).by_key.get(event.params["name"])
             # MCPL §7.7: what the scope check needs, only for calls that carry a scope.
             facts = self._mcpl.call_facts(session, backend, event.params) if "scope" in params else None
             # MGP §3-§4: the tool's effective security metadata and its backend's grants.
