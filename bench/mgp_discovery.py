@@ -5,11 +5,19 @@ backends (names, titles, descriptions and parameters drawn from a fixed vocabula
 ``--queries`` searches of one to six words (short ones exercise prefix matching), with and without a
 visibility predicate and filters. Prints p50/p99/max of a search, of a full rebuild and of one backend's
 incremental ``replace_backend``. Run: ``.venv/bin/python bench/mgp_discovery.py [--tools N] [--queries Q]``.
+
+``--gateway`` adds what a client pays end to end inside the gateway: ``mgp/tools/discover`` through
+``Router.handle`` of a real Gateway (gateway/mgp/discovery_service.py) whose ``--backends`` backends are
+this script in ``--serve K`` mode, stdio subprocesses serving their share of the same catalogue. On top of
+the search it measures the router (decode, admission, audit), the index's freshness check and the chain's
+visibility of every tool (the ``tools/list`` rule), which dominates at 1,000 tools.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import random
 import statistics
 import sys
@@ -30,6 +38,7 @@ NOUNS = (
 ).split()
 EXTRA = "quickly safely remote local cloud batch recursive paginated cached detailed raw json csv http sql".split()
 RISKS = ["safe", "moderate", "dangerous", None]
+SELF = str(Path(__file__).resolve())
 
 
 def catalogue(tools: int, backends: int, rng: random.Random) -> dict[str, list[dict[str, Any]]]:
@@ -67,6 +76,79 @@ def build(lists: dict[str, list[dict[str, Any]]]) -> ToolIndex:
     return index
 
 
+def serve(args: argparse.Namespace) -> None:
+    """``--serve K``: a stdio MCP backend (JSON lines) listing backend K's share of the catalogue."""
+    tools = catalogue(args.tools, args.backends, random.Random(args.seed))[f"backend{args.serve}"]
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        message = json.loads(line)
+        if "id" not in message or "method" not in message:
+            continue
+        method, params = message["method"], message.get("params") or {}
+        answer: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"]}
+        if method == "initialize":
+            answer["result"] = {
+                "protocolVersion": params.get("protocolVersion", "2025-06-18"),
+                "capabilities": {"tools": {"listChanged": True}},
+                "serverInfo": {"name": f"backend{args.serve}", "version": "1"},
+            }
+        elif method == "tools/list":
+            answer["result"] = {"tools": tools}
+        elif method == "ping":
+            answer["result"] = {}
+        else:
+            answer["error"] = {"code": -32601, "message": f"Method not found: {method}"}
+        sys.stdout.write(json.dumps(answer) + "\n")
+        sys.stdout.flush()
+
+
+async def through_gateway(args: argparse.Namespace, queries: list[str]) -> list[float]:
+    """Seconds per ``mgp/tools/discover`` through a real Gateway's router (see the module docstring)."""
+    # Imported here: the --serve subprocesses (one per backend) need none of the gateway.
+    from gateway import jsonrpc
+    from gateway.config import Config
+    from gateway.core import Gateway
+    from policies.auth import Credentials
+
+    command = [SELF, "--tools", str(args.tools), "--backends", str(args.backends)]
+    command += ["--seed", str(args.seed)]
+    backends = {
+        f"backend{b}": {"transport": "stdio", "command": sys.executable, "args": [*command, "--serve", str(b)]}
+        for b in range(args.backends)
+    }
+    gw = Gateway(Config.model_validate({"backends": backends, "federation": {"prefix": "always"}}))
+    await gw.start()
+    try:
+        for conn in gw.connections.values():
+            if not await conn.wait_ready(30):
+                raise SystemExit(f"backend {conn.name} did not start: {conn.last_error}")
+        session = gw.open_session("bench", gw.federated, Credentials("anonymous", "anonymous"))
+        mgp = {"mgp": {"version": "0.8.0", "extensions": ["tool_discovery"]}}
+        init = {"protocolVersion": "2025-06-18", "capabilities": mgp, "clientInfo": {"name": "bench", "version": "1"}}
+        await gw.router.handle(
+            session,
+            {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init},
+            jsonrpc.Shape.REQUEST,
+            session.standalone,
+        )
+        note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        await gw.router.handle(session, note, jsonrpc.Shape.NOTIFICATION, session.standalone)
+        samples = []
+        for number, query in enumerate([*queries[:50], *queries]):  # the first 50: warm-up
+            message = {"jsonrpc": "2.0", "id": number + 1, "method": "mgp/tools/discover", "params": {"query": query}}
+            started = time.perf_counter()
+            answer = await gw.router.handle(session, message, jsonrpc.Shape.REQUEST, session.standalone)
+            elapsed = time.perf_counter() - started
+            if answer is None or "result" not in answer:
+                raise SystemExit(f"discover failed: {answer}")
+            if number >= 50:
+                samples.append(elapsed)
+        return samples
+    finally:
+        await gw.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tools", type=int, default=1000)
@@ -74,7 +156,12 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=2000)
     parser.add_argument("--rebuilds", type=int, default=20)
     parser.add_argument("--seed", type=int, default=12)
+    parser.add_argument("--gateway", action="store_true", help="also: mgp/tools/discover through a real Gateway")
+    parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve is not None:
+        serve(args)
+        return
     rng = random.Random(args.seed)
     lists = catalogue(args.tools, args.backends, rng)
 
@@ -123,6 +210,8 @@ def main() -> None:
             run(query)
             samples.append(time.perf_counter() - started)
         print(f"  {label:38} {percentiles(samples)}")
+    if args.gateway:
+        print(f"  {'discover through the gateway':38} {percentiles(asyncio.run(through_gateway(args, queries)))}")
 
 
 if __name__ == "__main__":

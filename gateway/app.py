@@ -77,7 +77,7 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
         sessions=sessions,
         catalog=gw.catalog,
         identity=gw.server_identity,
-        mgp=gw.mgp_server,
+        mgp=gw.mgp.server,
         listen_admission=ListenAdmission(gw.chain, gw.catalog, gw.subscriptions, router),
         limits=limits,
     )
@@ -140,7 +140,7 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
         mcpl=gw.mcpl,
         pins=gw.pins,
         catalogs=gw.catalogs,
-        mgp=gw.mgp_kernel,
+        mgp=gw.mgp.kernel,
     )
     routes = [
         *admin.routes(),

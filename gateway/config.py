@@ -55,8 +55,20 @@ class Listen(_Model):
 
 
 class Restart(_Model):
+    """How a lost backend is reconnected or respawned (MGP §11.6 restart policy: ``backoff_base_ms`` and
+    ``backoff_max_ms`` are the two backoffs, ``max_restarts`` and ``restart_window_secs`` the limit)."""
+
     initial_backoff_s: float = Field(0.5, gt=0, description="First delay before reconnecting/restarting.")
     max_backoff_s: float = Field(30.0, gt=0, description="Ceiling of the exponential backoff.")
+    max_restarts: int | None = Field(
+        None,
+        ge=0,
+        description="Give up after this many restarts (reconnects after a loss or a failed connect) within "
+        "window_s: the backend then stays down (MGP lifecycle state `error`, reason restart_limit_exceeded) until "
+        "the gateway restarts. 0 never restarts; null (the default) never gives up, so a backend that comes "
+        "back later is picked up.",
+    )
+    window_s: float = Field(300.0, gt=0, description="The window max_restarts counts restarts in (seconds).")
 
 
 class Backend(_Model):

@@ -106,3 +106,9 @@ class Mgp(_Model):
         description="Trust level by backend (draft §2.3, §4.6); a backend's own declaration never raises it. "
         "Unlisted backends are standard.",
     )
+    register_commands: bool = Field(
+        False,
+        description="§15: whether mgp/discovery/register (admin only) may add stdio backends, i.e. make the "
+        "gateway spawn a program an MGP request names, as the gateway's user. Off by default: runtime "
+        "registration is then limited to network backends (http, sse, ws).",
+    )

@@ -9,22 +9,19 @@ from functools import partial
 from typing import Any
 
 from adapters import mcpl
-from adapters.mgp import security as mgp_security, strip as mgp_strip
+from adapters.mgp import strip as mgp_strip
 from gateway import __version__, jsonrpc
 from gateway.audit import AuditLog
 from gateway.bus import Bus, make_bus
-from gateway.config import Config
+from gateway.config import Backend as BackendConfig, Config
 from gateway.eras import EraBridge
 from gateway.federation import BackendCatalog, Namer, View
 from gateway.mcpl import McplRelay
 from gateway.mcpx.bridge import BackendParticipants
 from gateway.mcpx.hub import TopicHub
 from gateway.metrics import Metrics
-from gateway.mgp.access_methods import AccessMethods
-from gateway.mgp.kernel import Kernel
-from gateway.mgp.news import MgpNews
-from gateway.mgp.server import MgpServer
-from gateway.mgp.tool_facts import ToolFacts
+from gateway.mgp.assembly import assemble as assemble_mgp
+from gateway.mgp.lifecycle import Lifecycle
 from gateway.mrtr import Parking
 from gateway.routing import Router
 from gateway.routing.backend_events import BackendEvents
@@ -33,6 +30,7 @@ from gateway.routing.client_messages import ClientMessages
 from gateway.routing.forwarding import Forwarder
 from gateway.routing.levels import BackendLevels
 from gateway.routing.subscriptions import Subscriptions
+from gateway.runtime_backends import RuntimeBackends
 from gateway.sessions import ClientSession, SessionStore
 from gateway.transports.http_common import Scope, header
 from gateway.upstreams import make_carrier
@@ -49,6 +47,7 @@ from policies.hook_inference import InferenceInHookPolicy
 from policies.load import LoadPolicy
 from policies.mcpx_envelope import McpxReservedKindPolicy, McpxSenderPolicy
 from policies.mgp_access import AccessTable, MgpAccessAdminPolicy, MgpAccessPolicy
+from policies.mgp_lifecycle import MgpLifecyclePolicy
 from policies.mgp_permissions import MgpPermissionPolicy
 from policies.mgp_reserved import MgpReservedNamePolicy
 from policies.mgp_validation import MgpValidatorPolicy
@@ -75,6 +74,7 @@ class Gateway:
         self.mgp_access = AccessTable(
             (e.model_dump(exclude_none=True) for e in config.mgp.access), config.mgp.default_access
         )
+        mgp_lifecycle = Lifecycle()  # MGP §11: the state machine of every backend and of the gateway
         self.pins = PinStore(config.pinning.mode, self.bus, self.audit, self.metrics)
         self.chain = PolicyChain(
             [
@@ -89,6 +89,7 @@ class Gateway:
                 MgpReservedNamePolicy(),  # MGP §1.6.3: a backend's mgp.* tool is withheld (4003)
                 MgpPermissionPolicy(),  # MGP §3: a tool whose required permissions were not granted
                 MgpValidatorPolicy(),  # MGP §4.5, §7: the tool's validators, before the call is forwarded
+                MgpLifecyclePolicy(mgp_lifecycle),  # MGP §11.4: no new calls to a draining backend (2001)
                 ScopePolicy(),  # MCPL: scoped tools/call (facts from gateway/mcpl)
                 FeatureSetPolicy(),  # MCPL: messages a backend initiates, held to their feature set
                 ScopeElevationPolicy(),  # MCPL: a backend's scope/elevate, where the patterns decide
@@ -128,19 +129,36 @@ class Gateway:
         self.catalog = Catalog(self.connections, self.catalogs, self.pins, self.chain, self.metrics, config)
         self.subscriptions = Subscriptions(self.connections, self.sessions)
         levels = BackendLevels(self.connections, self.sessions)
-        self.client_messages = ClientMessages(self.connections, self.subscriptions, self.mcpl)
-        # MGP: the gateway is the kernel of every backend (gateway/mgp/kernel.py); what its members of
-        # the chain need per tools/call comes from gateway/mgp/tool_facts.py.
-        self.mgp_kernel = Kernel(config.mgp, self.connections)
-        self.mgp_tools = ToolFacts(config.mgp, self.mgp_kernel)
-        # ... and one MGP server toward its clients (gateway/mgp/server.py); each feature adds its operations.
-        self.mgp_server = MgpServer(
-            chain=self.chain,
-            tool_facts=self.mgp_tools,
-            trust_of=lambda backend: mgp_security.effective_trust(config.mgp.trust.get(backend)),
+        # Backends registered at runtime (MGP §15) join and leave through here.
+        self.runtime = RuntimeBackends(
+            federation=fed,
+            connections=self.connections,
+            catalogs=self.catalogs,
+            federated=self.federated,
+            single=self.single,
+            sessions=self.sessions,
+            metrics=self.metrics,
+            connect=self._new_connection,
+            lost=lambda conn, reason: self._backend_events.on_disconnected(conn, reason),
         )
-        self.mgp_news = MgpNews()  # what backends send that concerns MGP, to the feature handling it
-        self.mgp_server.add(AccessMethods(self.mgp_access, self._tools_changed).handlers())  # §5.4
+        # MGP (gateway/mgp/assembly.py): the kernel of every backend, one MGP server toward clients.
+        self.mgp = assemble_mgp(
+            config=config.mgp,
+            list_cache_s=fed.list_cache_s,
+            lifecycle=mgp_lifecycle,
+            access=self.mgp_access,
+            access_changed=self._tools_changed,
+            chain=self.chain,
+            audit=self.audit,
+            sessions=self.sessions,
+            connections=self.connections,
+            catalog=self.catalog,
+            catalogs=self.catalogs,
+            add_backend=self.runtime.add,
+            remove_backend=self.runtime.remove,
+            backend_lost=lambda conn, reason: self._backend_events.on_disconnected(conn, reason),
+        )
+        self.client_messages = ClientMessages(self.connections, self.subscriptions, self.mcpl, self.mgp.streams)
         # Legacy-era twins of dual-era backends, opened on first need (the handler is made below).
         self.affinity = EraAffinity(self._legacy_twin, config.limits.startup_wait_s)
         self.router = Router(
@@ -152,20 +170,21 @@ class Gateway:
                 self.load,
                 EraBridge(self.parking, config.limits),
                 self.affinity,
+                streams=self.mgp.streams,
             ),
             client_messages=self.client_messages,
             levels=levels,
             mcpl=self.mcpl,
-            tool_facts=self.mgp_tools.for_call,
-            mgp=self.mgp_server,
+            tool_facts=self.mgp.tools.for_call,
+            mgp=self.mgp.server,
             sessions=self.sessions,
             identity=self.server_identity,
             audit=self.audit,
             metrics=self.metrics,
         )
-        for method, handler in self.mgp_server.methods().items():
+        for method, handler in self.mgp.server.methods().items():
             self.router.register(method, handler)  # MGP operations, answered by the gateway itself
-        backend_events = BackendEvents(
+        backend_events = self._backend_events = BackendEvents(
             self.catalogs,
             self.sessions,
             self.subscriptions,
@@ -173,27 +192,11 @@ class Gateway:
             self.mcpl,
             self.metrics,
             config.limits,
-            self.mgp_news,
+            self.mgp.news,
         )
         self._twin_events = TwinEvents(backend_events)
-        client_info = self._client_info = {"name": "switchboard", "version": __version__}
-        self.connections.update(
-            (
-                name,
-                BackendConnection(
-                    name,
-                    cfg,
-                    partial(make_carrier, name, cfg, config.limits),
-                    backend_events,
-                    client_info,
-                    sse_fallback=partial(make_carrier, name, cfg.model_copy(update={"transport": "sse"}), config.limits)
-                    if cfg.transport == "http"
-                    else None,
-                    kernel=self.mgp_kernel,
-                ),
-            )
-            for name, cfg in config.backends.items()
-        )
+        self._client_info = {"name": "switchboard", "version": __version__}
+        self.connections.update((name, self._new_connection(name, cfg)) for name, cfg in config.backends.items())
         for name in names:
             self.metrics.backend_up.labels(name).set(0)
         # MCPx topics (gateway/mcpx/: the door is door.py); backends may sit in them as participants.
@@ -209,6 +212,21 @@ class Gateway:
             audit=self.audit,
         )
 
+    def _new_connection(self, name: str, cfg: BackendConfig) -> BackendConnection:
+        """The connection to one backend (from the config, or registered at runtime: MGP §15)."""
+        limits = self.config.limits
+        return BackendConnection(
+            name,
+            cfg,
+            partial(make_carrier, name, cfg, limits),
+            self._backend_events,
+            self._client_info,
+            sse_fallback=partial(make_carrier, name, cfg.model_copy(update={"transport": "sse"}), limits)
+            if cfg.transport == "http"
+            else None,
+            kernel=self.mgp.kernel,
+        )
+
     def _legacy_twin(self, primary: BackendConnection) -> BackendConnection:
         """A legacy-era connection to ``primary``'s backend, for its legacy clients (gateway/upstreams/affinity.py).
         MCPL is not offered on it: MCPL state is the primary's."""
@@ -220,7 +238,7 @@ class Gateway:
             self._twin_events,
             self._client_info,
             offer_mcpl=False,
-            kernel=self.mgp_kernel,
+            kernel=self.mgp.kernel,
         )
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -231,10 +249,12 @@ class Gateway:
             await self.authenticator.jwt.refresh()
         for conn in self.connections.values():
             await conn.start()
+        self.mgp.start()
         self.sessions.start()
         self.topic_backends.start()
 
     async def stop(self) -> None:
+        await self.mgp.stop()  # MGP clients are told of the shutdown while still connected
         self.parking.close()
         await self.topic_backends.stop()
         await self.sessions.stop()
@@ -362,7 +382,7 @@ class Gateway:
         self.metrics.sessions.labels(session.transport).dec()
         self.client_messages.session_ended(session)
         self.mcpl.session_ended(session)
-        self.mgp_server.session_ended(session)
+        self.mgp.server.session_ended(session)
 
     # ---- identity ----------------------------------------------------------------------------
 

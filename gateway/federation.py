@@ -3,6 +3,11 @@
 A :class:`View` is what one kind of session sees: every backend (``/mcp``), or a single one
 (``/servers/NAME/mcp``, never prefixed). Names are rewritten by the :class:`Namer`; collisions are
 reported and the colliding entries withheld, never resolved silently.
+
+A view's backend set may change at runtime (MGP §15 ``mgp/discovery/register|deregister``):
+sessions hold the view object, so :meth:`View.set_backends` swaps its ``backends`` and ``namer``
+in one synchronous step (no await between them, so no reader sees one without the other) and
+drops its merged lists; a merge computed from the old set never stores a backend that left it.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ class Namer:
     """Reversible rewriting of tool/prompt names and resource URIs for one view."""
 
     def __init__(self, mode: str, separator: str, backends: tuple[str, ...]) -> None:
+        self.mode = mode
         self.backends = backends
         self.separator = separator
         self.prefixed = mode == "always" or (mode == "conditional" and len(backends) > 1)
@@ -172,8 +178,18 @@ class View:
         )
         return item if exposed == original else {**item, key: exposed}
 
+    def set_backends(self, backends: tuple[str, ...]) -> None:
+        """Change the backend set (a backend registered or removed at runtime): a new namer under the
+        same rules, and no merged list of the old set kept."""
+        self.backends = backends
+        self.namer = Namer(self.namer.mode, self.namer.separator, backends)
+        self.merged = {}
+        self._reported = set()
+
     def merge(self, kind: ListKind, per_backend: list[tuple[str, list[dict[str, Any]]]]) -> Merged:
         key = KEY_OF[kind]
+        # Lists fetched while the set changed: a backend no longer in the view is never merged.
+        per_backend = [(backend, items) for backend, items in per_backend if backend in self.backends]
         owners: dict[str, list[tuple[str, dict[str, Any], str]]] = {}
         for backend, items in per_backend:
             for item in items:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters.mgp import caps, extensions, names, rejection, security, strip, versions
+from adapters.mgp import audit_event, caps, extensions, names, rejection, security, strip, versions
 from adapters.mgp.caps import MgpCapability as MgpCapability
 from adapters.mgp.versions import Negotiation as Negotiation, negotiate as negotiate
 
@@ -71,6 +71,8 @@ def speaks(initialize_params: dict[str, Any]) -> bool:
 
 
 def annotate(event: Event) -> None:
+    if event.trace_id is None:
+        event.trace_id = audit_event.trace_id_of(event.payload)  # §6.5: the client's trace id, audited as is
     params = event.params
     found = params.get("_mgp")
     if isinstance(found, dict):

@@ -127,6 +127,15 @@ def strip(message: Any) -> Any:
     return out
 
 
+def without_client_grants(params: dict[str, Any]) -> dict[str, Any]:
+    """A client's request params without grants in ``_meta`` (§3.8): grants are the kernel's to
+    give, so a client's own never reach a backend, in either era."""
+    meta = params.get("_meta")
+    if not isinstance(meta, dict) or GRANTS_META_KEY not in meta:
+        return params
+    return {**params, "_meta": _without(meta, GRANTS_META_KEY)}
+
+
 def is_mgp_only(message: Any) -> bool:
     """A request or notification that exists only in MGP (``mgp/*``, ``notifications/mgp.*``)."""
     if not isinstance(message, dict):

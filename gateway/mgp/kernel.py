@@ -42,9 +42,10 @@ from policies.mgp_permissions import (
 
 log = logging.getLogger(__name__)
 
-# What the gateway does as a kernel today (canonical names): it decides permissions and reads
-# each tool's security metadata. More join as they are built (audit, lifecycle, streaming...).
-KERNEL_EXTENSIONS = frozenset({"permissions", "tool_security"})
+# What the gateway does as a kernel (canonical names): it decides permissions, reads each tool's
+# security metadata, follows lifecycle and health (gateway/mgp/lifecycle.py, health.py), relays
+# streams (streaming.py), subscribes to events and answers callbacks (events.py, callbacks.py).
+KERNEL_EXTENSIONS = frozenset({"permissions", "tool_security", "lifecycle", "streaming", "events", "callbacks"})
 GRANT_METHOD = "mgp/permission/grant"
 
 

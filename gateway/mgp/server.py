@@ -54,9 +54,16 @@ SERVER_EXTENSIONS = frozenset(
         "permissions",
         "tool_security",
         "access_control",
+        "audit",  # gateway/mgp/audit_stream.py (§6)
         "code_safety",
         "error_handling",
-        "tool_discovery",
+        "events",  # gateway/mgp/events.py (§13.2-13.6)
+        "callbacks",  # gateway/mgp/callbacks.py (§13.4)
+        "lifecycle",  # gateway/mgp/lifecycle.py, health.py, drain.py (§11)
+        "streaming",  # gateway/mgp/streaming.py (§12)
+        "progress",  # §12.6 mgp.stream.progress, inside streamed calls
+        "discovery",  # gateway/mgp/registry.py (§15)
+        "tool_discovery",  # gateway/mgp/discovery_service.py (§16)
     }
 )
 

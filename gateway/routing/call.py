@@ -10,15 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from adapters.mgp import strip as mgp_strip
+from adapters.mgp import streaming as mgp_streaming, strip as mgp_strip
 from gateway import jsonrpc
 from gateway.channels import Channel
 from gateway.events import Event
 from gateway.sessions import ClientSession
 from policies.chain import Decision
 from policies.principal import Principal
+
+if TYPE_CHECKING:
+    from gateway.upstreams.connection import BackendConnection, Pending
 
 
 @dataclass(slots=True)
@@ -90,16 +93,26 @@ class CallSink:
             return "info"
         return self.session.log_level
 
+    def began(self, conn: BackendConnection, pending: Pending) -> None:
+        """The call was given its upstream id (a streamed call's sink files it, gateway/mgp/streaming.py)."""
+
     def deliver(self, message: dict[str, Any]) -> None:
         if self.session.mgp is None:
             plain = mgp_strip.for_plain_client(message)  # a plain MCP client sees no MGP field
             if plain is None:
                 return
             message = plain
+        elif message.get("method") in mgp_streaming.NOTIFICATIONS:
+            # MGP §12: chunks of a call that was not streamed for this client name the gateway's
+            # upstream id; only a streamed call's sink (gateway/mgp/streaming.py) relays them.
+            return
         if message.get("method") == "notifications/message":
             params = message.get("params")
             if isinstance(params, dict) and not self.session.wants_log(params.get("level")):
                 return
+        self.push(message)
+
+    def push(self, message: dict[str, Any]) -> None:
         if not self.channel.push(message) and not self.channel.overflowed:
             # The call's stream is finished; anything late belongs on the session's own stream.
             self.session.standalone.push(message)

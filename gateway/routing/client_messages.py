@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from adapters.mgp import names as mgp_names
 from gateway import jsonrpc
@@ -25,13 +25,25 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class MgpClientNews(Protocol):
+    """The MGP notifications a client may send the gateway as its MGP server (§12.8 pace, §12.9 gap:
+    gateway/mgp/streaming.py); True when ``method`` was one of them and was handled."""
+
+    def on_client_notification(self, session: ClientSession, method: str | None, params: dict[str, Any]) -> bool: ...
+
+
 class ClientMessages:
     def __init__(
-        self, connections: Mapping[str, BackendConnection], subscriptions: Subscriptions, mcpl: McplRelay
+        self,
+        connections: Mapping[str, BackendConnection],
+        subscriptions: Subscriptions,
+        mcpl: McplRelay,
+        mgp: MgpClientNews,
     ) -> None:
         self._connections = connections
         self._subscriptions = subscriptions
         self._mcpl = mcpl
+        self._mgp = mgp
 
     async def notification(self, session: ClientSession, event: Event) -> None:
         method = event.method
@@ -52,8 +64,10 @@ class ClientMessages:
         if await self._mcpl.on_host_notification(session, event):
             return
         if mgp_names.is_mgp_notification(method):
-            # Kernel-to-server MGP news (audit, events, stream pace) is the gateway's to send to its
-            # backends: a client's would be forged (MGP_SPEC.md §1.6.2).
+            # The gateway is the client's MGP server (pace, gap of its own streams); kernel-to-server
+            # MGP news toward backends is the gateway's to send: a client's would be forged (§1.6.2).
+            if session.mgp is not None and self._mgp.on_client_notification(session, method, params):
+                return
             log.info("session %s: dropped client notification %s", session.id[:8], method)
             return
         # Everything else (roots/list_changed, extension notifications) goes to every backend it may concern.

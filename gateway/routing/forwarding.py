@@ -7,7 +7,9 @@ in flight (the decision is ``policies/load.py``'s); every call is recorded in
 backend; the answer carries the client's id, the client's view of names and URIs, and only the
 fields of the client's era. A legacy client's call to a dual-era backend goes to the backend's
 legacy-era connection (gateway/upstreams/affinity.py); requests for input that still cross eras
-are the era bridge's (gateway/eras.py).
+are the era bridge's (gateway/eras.py). A plain client's ``_mgp`` never reaches a backend (it did not
+negotiate MGP, §2.4); an MGP client's call is prepared, and served as a stream when it asks, by
+gateway/mgp/streaming.py (MGP §12) — the only extra step of a plain client's call is one check.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from gateway.routing.catalog import STARTUP_GRACE_S
 
 if TYPE_CHECKING:
     from gateway.eras import EraBridge
+    from gateway.mgp.streaming import StreamedCall, Streams
     from gateway.sessions import ClientSession
     from gateway.upstreams.affinity import EraAffinity
     from gateway.upstreams.connection import BackendConnection
@@ -37,9 +40,15 @@ async def call_backend(
     method: str,
     params: dict[str, Any] | None,
     channel: Channel,
+    sink: CallSink | None = None,
 ) -> dict[str, Any]:
-    """One request to the backend on behalf of ``session``; related messages go to ``channel``."""
-    pending = conn.begin(method, params, CallSink(session, channel))
+    """One request to the backend on behalf of ``session``; related messages go to ``channel``
+    (or to ``sink``, which then hears of the upstream id: an MGP stream's, gateway/mgp/streaming.py)."""
+    if sink is None:
+        pending = conn.begin(method, params, CallSink(session, channel))
+    else:
+        pending = conn.begin(method, params, sink)
+        sink.began(conn, pending)
     session.inflight[client_id] = (conn, pending)
     try:
         return await conn.call(pending)
@@ -65,12 +74,18 @@ def finish(
 
 class Forwarder:
     def __init__(
-        self, connections: Mapping[str, BackendConnection], load: LoadPolicy, eras: EraBridge, affinity: EraAffinity
+        self,
+        connections: Mapping[str, BackendConnection],
+        load: LoadPolicy,
+        eras: EraBridge,
+        affinity: EraAffinity,
+        streams: Streams | None = None,
     ) -> None:
         self._connections = connections
         self._load = load
         self._eras = eras
         self._affinity = affinity
+        self._streams = streams  # MGP §12 (gateway/mgp/streaming.py): an MGP client's calls only
 
     async def forward(self, call: Call, backend: str, params: dict[str, Any] | None) -> Routed:
         session, event = call.session, call.event
@@ -86,11 +101,38 @@ class Forwarder:
         if not load.allowed:
             raise PolicyDenied(load, backend)
         method = event.method or ""
+        if params is not None and "_meta" in params:
+            params = mgp_strip.without_client_grants(params)  # MGP §3.8: only the kernel grants
+        stream: StreamedCall | None = None
+        if session.mgp is not None:
+            if self._streams is not None:
+                params, stream = self._streams.prepare(call, backend, method, params)
+        elif params is not None and "_mgp" in params:
+            params = mgp_strip.strip({"params": params})["params"]  # a plain client did not negotiate MGP
         if not session.codec.asks_mid_request:
             return Routed(await self._eras.for_modern_client(call, backend, conn, params), backend)
         # A dual-era backend serves a legacy client in its own era (gateway/upstreams/affinity.py).
         conn = await self._affinity.for_legacy_client(conn)
-        response = await call_backend(session, event.rpc_id, conn, method, params, call.channel)
+        if stream is None:
+            return Routed(await self._legacy(call, conn, backend, method, params), backend)
+        assert self._streams is not None  # only it makes streams
+        try:
+            answer = await self._legacy(call, conn, backend, method, params, stream.sink)
+        finally:
+            self._streams.end(stream)
+        return Routed(self._streams.complete(stream, answer), backend)
+
+    async def _legacy(
+        self,
+        call: Call,
+        conn: BackendConnection,
+        backend: str,
+        method: str,
+        params: dict[str, Any] | None,
+        sink: CallSink | None = None,
+    ) -> dict[str, Any]:
+        session, rpc_id = call.session, call.rpc_id
+        response = await call_backend(session, rpc_id, conn, method, params, call.channel, sink)
         if conn.era == "modern":
             response = await self._eras.fulfil_input_requests(call, conn, params, response)
-        return Routed(finish(session, event.rpc_id, backend, method, response), backend)
+        return finish(session, rpc_id, backend, method, response)

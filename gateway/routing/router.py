@@ -326,6 +326,8 @@ class Router:
             decision = await self._chain.dispatch(event, call.principal, Target(backend, original, item, facts))
             if not decision.allowed:
                 raise PolicyDenied(decision, backend, self._mgp.refusal_result(session, decision.data))
+        if kind == "tools" and session.mgp is not None and session.mgp.tool_session is not None:
+            session.mgp.tool_session.touch(event.params["name"])  # MGP §16.7: a used tool stays in context
         if kind == "tools" and "featureSet" in params:
             params = self._mcpl.backend_params(session, backend, params)
         return await self._forwarder.forward(call, backend, params)

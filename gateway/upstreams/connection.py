@@ -15,11 +15,13 @@ import contextlib
 import itertools
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from adapters import mcp_modern, mcpl
+from adapters.mgp import names as mgp_names
 from gateway import jsonrpc
 from gateway.config import Backend as BackendConfig
 from gateway.upstreams.base import Carrier, CarrierClosed
@@ -37,6 +39,12 @@ _GLOBAL_NOTIFICATIONS = frozenset(
         "notifications/resources/updated",
         "notifications/cancelled",
         *mcpl.SERVER_NOTIFICATIONS,
+        # MGP news that is not a stream's (§6, §11, §13): the gateway's MGP features take it
+        # wherever it arrives, a call's own response stream included (gateway/mgp/news.py).
+        mgp_names.AUDIT,
+        mgp_names.LIFECYCLE,
+        mgp_names.EVENT,
+        mgp_names.CALLBACK_REQUEST,
     }
 )
 _STABLE_AFTER_S = 10.0
@@ -107,6 +115,10 @@ class BackendConnection:
         self.last_error: str | None = None
         self.init_result: dict[str, Any] = {}
         self.restarts = 0
+        # MGP §11.6: when the restarts within restart.window_s went past restart.max_restarts, the
+        # supervisor stopped for good: the backend stays down (lifecycle state "error").
+        self.gave_up = False
+        self._restart_times: deque[float] = deque()
         self.connected_at: float | None = None
         self.era: Era = "legacy"
         # Tool input schemas by name, for the modern era's Mcp-Param-* headers (kept by the router).
@@ -201,11 +213,14 @@ class BackendConnection:
             except Exception as exc:
                 reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 switching = self._handshake.use_sse and isinstance(exc, ConnectionError) and "HTTP+SSE" in str(exc)
-                await self._went_down(carrier, f"connect failed: {reason}")
+                retry = switching or self._may_restart()
+                await self._went_down(carrier, f"connect failed: {reason}{self._gave_up_note()}")
                 if not switching:
                     self._settled.set()
                 if switching:
                     continue  # the next attempt uses the other transport; no reason to wait
+                if not retry:
+                    return
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.config.restart.max_backoff_s)
                 continue
@@ -213,12 +228,36 @@ class BackendConnection:
             if self._closing:
                 return
             stayed = time.monotonic() - (self.connected_at or 0)
-            await self._went_down(carrier, reason)
+            retry = self._may_restart()  # decided first, so that listeners of the loss know
+            await self._went_down(carrier, reason + self._gave_up_note())
+            if not retry:
+                return
             self.restarts += 1
             if stayed >= _STABLE_AFTER_S:
                 backoff = self.config.restart.initial_backoff_s
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, self.config.restart.max_backoff_s)
+
+    def _may_restart(self) -> bool:
+        """MGP §11.6: one more restart, unless ``max_restarts`` were already made within ``window_s``
+        (then :attr:`gave_up` is set and the supervisor ends)."""
+        limit = self.config.restart.max_restarts
+        if limit is None:
+            return True
+        now = time.monotonic()
+        while self._restart_times and now - self._restart_times[0] > self.config.restart.window_s:
+            self._restart_times.popleft()
+        if len(self._restart_times) >= limit:
+            self.gave_up = True
+            return False
+        self._restart_times.append(now)
+        return True
+
+    def _gave_up_note(self) -> str:
+        if not self.gave_up:
+            return ""
+        restart = self.config.restart
+        return f" (restart_limit_exceeded: {restart.max_restarts} restarts within {restart.window_s:g}s)"
 
     async def _went_down(self, carrier: Carrier, reason: str) -> None:
         self._listen.stop()
@@ -316,6 +355,7 @@ class BackendConnection:
             if not isinstance(caps, dict):
                 caps = GATEWAY_CLIENT_CAPABILITIES
             params = mcp_modern.stamp_request(params, caps, self._client_info, level)
+            params = self._handshake.stamp_modern(method, params)  # MGP §2.6, §3.8: the kernel's object, grants
         message = jsonrpc.request(upstream_id, method, params)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         pending = Pending(upstream_id, message, future, owner, client_token)

@@ -12,19 +12,35 @@ reconnects (``known_era``):
 
 The handshake only decides and agrees; the connection owns the requests (ids, the modern envelope
 of the era in use) and is reached through the narrow :class:`Exchange`.
+
+MGP (the gateway is every backend's kernel): on the legacy era the kernel's object rides in
+``initialize`` and its grants follow the result (gateway/mgp/kernel.py). On the 2026-07-28 era
+(MGP_SECURITY.md §2.6, §3.8) there is no session: ``server/discover`` carries the kernel's offer in
+its client capabilities, the discover result's ``extensions["dev.cloto/mgp"]`` is negotiated by the
+same kernel hook (its ``mgp/permission/grant`` sent in the modern envelope, §3.8 rule 1), and every
+later request to a backend that negotiated MGP carries the kernel's object in its client
+capabilities and the grants in force in ``_meta["dev.cloto/mgp/grants"]`` (§3.8 rule 3), see
+:meth:`Handshake.stamp_modern`. Grants or an MGP object a *client* put in a request never reach a
+backend: the kernel's replace them (a client cannot grant itself a permission).
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from adapters import mcp_modern, mcpl
 from adapters.mcp import LATEST_LEGACY, LEGACY_VERSIONS
+from adapters.mgp import caps as mgp_caps, strip as mgp_strip
 from gateway import jsonrpc
 from gateway.config import Backend as BackendConfig
 from gateway.upstreams.base import Carrier
+
+if TYPE_CHECKING:
+    from gateway.mgp.kernel import BackendMgp
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +65,9 @@ class BackendKernel(Protocol):
         self, exchange: Exchange, backend: str, result: dict[str, Any], timeout: float
     ) -> None: ...
 
+    def backend(self, name: str) -> BackendMgp | None:
+        """What ``name`` negotiated on its latest connect (None: it does not speak MGP)."""
+
 
 class Exchange(Protocol):
     """A request of the handshake, sent by the connection in ``era`` (its envelope and headers)."""
@@ -58,6 +77,19 @@ class Exchange(Protocol):
     ) -> dict[str, Any]:
         """The answer (result or error message); raises ``RpcError`` on timeout or a dead carrier.
         A ``probe`` is also answered by an error that names no request of ours."""
+
+
+class _ModernExchange:
+    """The kernel's handshake requests to a modern backend, sent in the modern envelope (the kernel
+    asks in ``legacy`` terms: its grant request follows ``initialize`` there)."""
+
+    def __init__(self, exchange: Exchange) -> None:
+        self._exchange = exchange
+
+    async def handshake_request(
+        self, method: str, params: dict[str, Any], era: Era, timeout: float, probe: bool = False
+    ) -> dict[str, Any]:
+        return await self._exchange.handshake_request(method, params, "modern", timeout, probe)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,11 +126,11 @@ class Handshake:
         if wanted == "auto" and config.transport == "stdio":
             response = await self._initialize(exchange)
             if "error" in response and (found := await self._probe_modern(exchange, False)) is not None:
-                return self._modern(found)
+                return await self._modern(exchange, found)
             self.known_era = "legacy"
             return await self._finish_legacy(exchange, carrier, response)
         if wanted in ("auto", "modern") and (found := await self._probe_modern(exchange, wanted == "modern")):
-            return self._modern(found)
+            return await self._modern(exchange, found)
         self.known_era = "legacy"
         return await self._finish_legacy(exchange, carrier, await self._initialize(exchange))
 
@@ -108,9 +140,35 @@ class Handshake:
         if step == "server/discover" and self._config.era == "auto":
             self.known_era = "legacy"
 
-    def _modern(self, init_result: dict[str, Any]) -> Agreed:
+    async def _modern(self, exchange: Exchange, init_result: dict[str, Any]) -> Agreed:
         self.known_era = "modern"
+        if self._kernel is not None:
+            # MGP §2.6, §3.8 rule 1: negotiate from the discover result, grant before the first call.
+            await self._kernel.on_initialized(
+                _ModernExchange(exchange), self._name, init_result, self._config.connect_timeout_s
+            )
         return Agreed("modern", init_result)
+
+    def stamp_modern(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """A modern request's params as the kernel sends them (MGP §2.6, §3.8 rule 3): no grants or
+        MGP object of the calling client's; the kernel's offer on ``server/discover``; toward a
+        backend that negotiated MGP, the kernel's object in the client capabilities and the grants in
+        force in ``_meta["dev.cloto/mgp/grants"]``. Never mutates what it was given."""
+        if self._kernel is None:
+            return params
+        meta = params.get("_meta")
+        clean = mgp_strip.strip_meta(meta) if isinstance(meta, dict) else {}
+        out = {**params, "_meta": _detached(clean)}
+        record = self._kernel.backend(self._name) if method != "server/discover" else None
+        if method == "server/discover":
+            mgp_caps.put_request(out, self._kernel.offer())
+        elif record is not None:
+            mgp_caps.put_request(out, mgp_caps.build(record.negotiation.version, record.active))
+            now = time.time()
+            grants = {perm: grant.wire() for perm, grant in record.grants.items() if grant.valid(now)}
+            if grants:  # none in force: absent, which a server reads as ungranted (§3.8 rule 3)
+                mgp_caps.put_grants(out, grants)
+        return out
 
     async def _initialize(self, exchange: Exchange) -> dict[str, Any]:
         """Send the legacy handshake's ``initialize``; return the answer (result or error)."""
@@ -186,3 +244,16 @@ class Handshake:
         if required:
             raise ConnectionError(f"backend does not serve 2026-07-28: {error.get('message')}")
         return None
+
+
+def _detached(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """``meta`` with its client capabilities (and their ``extensions``) copied, so that writing the
+    kernel's object into them never touches a session's or the gateway's shared capabilities."""
+    out = dict(meta)
+    client_caps = out.get(mgp_caps.CLIENT_CAPABILITIES_META_KEY)
+    if isinstance(client_caps, dict):
+        copied = dict(client_caps)
+        if isinstance(copied.get("extensions"), dict):
+            copied["extensions"] = dict(copied["extensions"])
+        out[mgp_caps.CLIENT_CAPABILITIES_META_KEY] = copied
+    return out

@@ -197,3 +197,10 @@ def test_user_data_with_mgp_words_is_untouched() -> None:
         "params": {"tools": [{"name": "mgp.x", "security": 1}]},
     }
     assert strip.strip(sampling) == sampling  # only a result's tools list is MGP's to strip
+
+
+def test_a_clients_own_grants_are_removed_and_nothing_else() -> None:
+    params = {"name": "x", "_meta": {"progressToken": 1, "dev.cloto/mgp/grants": {"shell.execute": "approved"}}}
+    assert strip.without_client_grants(params) == {"name": "x", "_meta": {"progressToken": 1}}
+    untouched = {"name": "x", "_meta": {"progressToken": 1}}
+    assert strip.without_client_grants(untouched) is untouched

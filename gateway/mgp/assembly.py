@@ -1,0 +1,151 @@
+"""Every part of MGP in the gateway, built once and wired together (ADR 0013).
+
+The kernel toward backends (``kernel``, ``tools``), the one MGP server toward clients (``server``)
+and the features that add their operations to it: access control (§5), audit (§6), lifecycle,
+health and drain (§11), streaming (§12), events and callbacks (§13), the backend registry (§15)
+and tool discovery (§16). What backends send that concerns MGP reaches the features through
+``news``. The Gateway holds one :class:`Mgp` and starts and stops it with itself.
+
+Invariants: every feature's operations are in ``server`` before the router's method table is
+built from it; a feature is built from the collaborators it uses, never from the Gateway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from adapters.mgp import security
+from gateway.mgp.access_methods import AccessMethods
+from gateway.mgp.audit_stream import AuditStream
+from gateway.mgp.callbacks import Callbacks
+from gateway.mgp.discovery_service import DiscoveryService
+from gateway.mgp.drain import Drain
+from gateway.mgp.events import EventHub
+from gateway.mgp.federated_index import FederatedIndex
+from gateway.mgp.health import Health
+from gateway.mgp.kernel import Kernel
+from gateway.mgp.lifecycle import Lifecycle, LifecycleAudit, LifecycleNotifier
+from gateway.mgp.news import MgpNews
+from gateway.mgp.registry import AddBackend, Registry, RemoveBackend
+from gateway.mgp.server import MgpServer
+from gateway.mgp.streaming import Streams
+from gateway.mgp.tool_facts import ToolFacts
+
+if TYPE_CHECKING:
+    from gateway.audit import AuditLog
+    from gateway.config import Mgp as MgpConfig
+    from gateway.federation import BackendCatalog
+    from gateway.routing.catalog import Catalog
+    from gateway.sessions import SessionStore
+    from gateway.upstreams.connection import BackendConnection
+    from policies.chain import PolicyChain
+    from policies.mgp_access import AccessTable
+
+
+@dataclass(slots=True)
+class Mgp:
+    kernel: Kernel
+    tools: ToolFacts
+    server: MgpServer
+    news: MgpNews
+    lifecycle: Lifecycle
+    audit: AuditStream
+    events: EventHub
+    callbacks: Callbacks
+    health: Health
+    drain: Drain
+    discovery: DiscoveryService
+    streams: Streams
+    registry: Registry
+
+    def trust_of(self, backend: str) -> str:
+        """The trust level a backend is held to (config, or its registration: §2.3, §15)."""
+        return security.effective_trust(self.registry.trust_of(backend))
+
+    def start(self) -> None:
+        self.lifecycle.gateway("connected", "started")
+        self.health.start()
+
+    async def stop(self) -> None:
+        self.lifecycle.gateway("draining", "kernel_shutdown")  # MGP clients are told while connected
+        await self.health.stop()
+        await self.drain.stop()
+
+
+def assemble(
+    *,
+    config: MgpConfig,
+    list_cache_s: float,
+    lifecycle: Lifecycle,
+    access: AccessTable,
+    access_changed: Callable[[], None],
+    chain: PolicyChain,
+    audit: AuditLog,
+    sessions: SessionStore,
+    connections: Mapping[str, BackendConnection],
+    catalog: Catalog,
+    catalogs: Mapping[str, BackendCatalog],
+    add_backend: AddBackend,
+    remove_backend: RemoveBackend,
+    backend_lost: Callable[[BackendConnection, str], None],
+) -> Mgp:
+    kernel = Kernel(config, connections)
+    tools = ToolFacts(config, kernel)
+    news = MgpNews()
+
+    def trust_of(backend: str) -> str:
+        return security.effective_trust(registry.trust_of(backend))
+
+    server = MgpServer(chain=chain, tool_facts=tools, trust_of=trust_of)
+    server.add(AccessMethods(access, access_changed).handlers())  # §5.4
+    # §6 audit toward MGP clients, §13 events (audit, lifecycle, backends' channels) and callbacks.
+    audit_stream = AuditStream(audit, sessions)
+    events = EventHub(connections, kernel.backend, audit_stream, news)
+    callbacks = Callbacks(connections, sessions, news, audit)
+    for feature in (audit_stream, events, callbacks):
+        server.add(feature.handlers())
+        server.on_session_end(feature.session_ended)
+    # §11: lifecycle notifications to MGP clients, health (ping/status, a watcher) and graceful shutdown.
+    lifecycle.on_transition(LifecycleNotifier(sessions))
+    lifecycle.on_transition(LifecycleAudit(audit))  # §6.4 SERVER_CONNECTED / _DISCONNECTED
+    lifecycle.listen(news)
+    health = Health(connections, lifecycle, kernel, catalogs, sessions)
+    drain = Drain(connections, lifecycle, kernel, backend_lost)
+    server.add({**health.handlers(), **drain.handlers()})
+    # §16: tool discovery over every federated tool, fed from the catalog.
+    index = FederatedIndex(catalog, catalogs, connections, tools, trust_of, recheck_s=list_cache_s)
+    discovery = DiscoveryService(index, chain)
+    news.on_state(index.on_state)  # a lost backend's tools: status disconnected
+    server.add(discovery.handlers())
+    streams = Streams(kernel.backend, news)  # §12: streamed tools/call
+    server.add(streams.handlers())  # §12.7 mgp/stream/cancel
+    # §15: the live backend registry (runtime backends join and leave through the Gateway).
+    registry = Registry(
+        connections=connections,
+        catalog=catalog,
+        chain=chain,
+        kernel=kernel,
+        trust=config.trust,
+        add=add_backend,
+        remove=remove_backend,
+        audit=audit,
+        register_commands=config.register_commands,
+    )
+    server.add(registry.handlers())
+    return Mgp(
+        kernel,
+        tools,
+        server,
+        news,
+        lifecycle,
+        audit_stream,
+        events,
+        callbacks,
+        health,
+        drain,
+        discovery,
+        streams,
+        registry,
+    )

@@ -1,0 +1,104 @@
+"""Backends that join and leave the running gateway (MGP §15 ``mgp/discovery/register|deregister``).
+
+A backend from the config file lives as long as the process; one registered at runtime gets the
+same treatment (its catalog, its own ``/servers/NAME/`` view, a place in the federated view, the
+same kind of connection) and can be removed again.
+
+Invariants: every step up to the connection's start is one synchronous step, so no request sees a
+half-added backend; a leaving backend is announced to clients (as a lost backend) while the views
+still hold it, then leaves every view before its calls in flight are given ``drain_s`` to finish;
+sessions of a view whose backends changed are told to list again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, MutableMapping
+from typing import TYPE_CHECKING
+
+from gateway import jsonrpc
+from gateway.config import BACKEND_NAME, Backend as BackendConfig, Federation
+from gateway.federation import BackendCatalog, Namer, View
+from gateway.upstreams.listen import ListenOwner
+
+if TYPE_CHECKING:
+    from gateway.metrics import Metrics
+    from gateway.sessions import SessionStore
+    from gateway.upstreams.connection import BackendConnection
+
+_POLL_S = 0.02
+
+
+class RuntimeBackends:
+    def __init__(
+        self,
+        *,
+        federation: Federation,
+        connections: MutableMapping[str, BackendConnection],
+        catalogs: MutableMapping[str, BackendCatalog],
+        federated: View,
+        single: MutableMapping[str, View],
+        sessions: SessionStore,
+        metrics: Metrics,
+        connect: Callable[[str, BackendConfig], BackendConnection],
+        lost: Callable[[BackendConnection, str], None],
+    ) -> None:
+        self._federation = federation
+        self._connections = connections
+        self._catalogs = catalogs
+        self._federated = federated
+        self._single = single
+        self._sessions = sessions
+        self._metrics = metrics
+        self._connect = connect  # a connection built like the config's backends'
+        self._lost = lost  # what a lost backend means for clients (gateway/routing/backend_events.py)
+
+    async def add(self, name: str, cfg: BackendConfig) -> BackendConnection:
+        """``name`` joins and starts connecting. ValueError: the name is taken or not a backend name."""
+        if not BACKEND_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not a backend name")
+        if name in self._connections:
+            raise ValueError(f"a backend named {name!r} already exists")
+        fed = self._federation
+        self._catalogs[name] = BackendCatalog(name, fed.list_cache_s)
+        conn = self._connections[name] = self._connect(name, cfg)
+        self._metrics.backend_up.labels(name).set(0)
+        self._single[name] = View(name, (name,), Namer("never", fed.separator, (name,)))
+        self.reshape(self._federated, (*self._federated.backends, name))
+        await conn.start()
+        return conn
+
+    async def remove(self, name: str, drain_s: float) -> None:
+        """``name`` leaves (see the module's invariants); then it is closed and forgotten.
+        KeyError: no such backend."""
+        conn = self._connections[name]
+        if conn.state == "ready":
+            self._lost(conn, "deregistered")
+        self.reshape(self._federated, tuple(b for b in self._federated.backends if b != name))
+        single = self._single.pop(name, None)
+        if single is not None:
+            self.reshape(single, ())  # its sessions now see nothing
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(drain_s):
+                # Polled: a connection signals no "last call done" (the listen stream never ends).
+                while any(not isinstance(o, ListenOwner) for o in conn.owners_inflight()):  # noqa: ASYNC110
+                    await asyncio.sleep(_POLL_S)
+        await conn.close()
+        del self._connections[name]
+        self._catalogs.pop(name, None)
+        with contextlib.suppress(KeyError):
+            self._metrics.backend_up.remove(name)
+
+    def reshape(self, view: View, backends: tuple[str, ...]) -> None:
+        """``view`` now spans ``backends``: its sessions list again (prompts and resources too when
+        the names of the other backends changed with it, prefixing switched by ``conditional``)."""
+        prefixed = view.namer.prefixed
+        view.set_backends(backends)
+        methods = ["notifications/tools/list_changed"]
+        if prefixed != view.namer.prefixed:
+            methods += ["notifications/prompts/list_changed", "notifications/resources/list_changed"]
+        for session in self._sessions:
+            if session.view is view and session.initialized and not session.closed:
+                for method in methods:
+                    session.standalone.push(jsonrpc.notification(method))
