@@ -20,26 +20,22 @@ import pytest
 from adapters.mgp import names
 from gateway.config import Config
 from gateway.core import Gateway
-from gateway.mgp import kernel as mgp_kernel
 from gateway.sessions import ClientSession
 from tests.gateway.mgp.demo_gateway import ask, rpc
-from tests.gateway.mgp.feature_support import FEATURES, PRINCIPALS, client, pushed
+from tests.gateway.mgp.feature_support import PRINCIPALS, client, pushed
 from tests.support import stdio_backend
 
 pytestmark = [pytest.mark.timeout(60)]
 
 
 @pytest.fixture
-async def gw(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Gateway]:
-    # The kernel offers events and callbacks to its backends (a no-op once KERNEL_EXTENSIONS lists them).
-    monkeypatch.setattr(mgp_kernel, "KERNEL_EXTENSIONS", mgp_kernel.KERNEL_EXTENSIONS | {"events", "callbacks"})
+async def gw() -> AsyncIterator[Gateway]:
     config = {
         "backends": {"ev": stdio_backend("tests.e2e.backends.mgp_events_server", required=True)},
         "federation": {"prefix": "never"},
         "principals": PRINCIPALS,
     }
     gateway = Gateway(Config.model_validate(config))
-    gateway.mgp.server.extensions = gateway.mgp.server.extensions | FEATURES
     await gateway.start()
     try:
         assert await gateway.connections["ev"].wait_ready(20)

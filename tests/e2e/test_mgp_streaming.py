@@ -2,10 +2,6 @@
 front door of a real gateway process, a real stdio MGP backend that streams itself
 (tests/e2e/backends/mgp_stream_server.py) and the builtin plain MCP backend, whose progress and log
 lines the gateway turns into the stream.
-
-The gateway must announce ``streaming`` to clients (gateway/mgp/server.py ``SERVER_EXTENSIONS``)
-and offer it to backends (gateway/mgp/kernel.py ``KERNEL_EXTENSIONS``); until both lists do, these
-tests are skipped (tests/gateway/mgp/test_streaming.py covers the same in process meanwhile).
 """
 
 from __future__ import annotations
@@ -19,17 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.mgp.kernel import KERNEL_EXTENSIONS
-from gateway.mgp.server import SERVER_EXTENSIONS
 from tests.support import LinePeer, initialize_request, spawn_module, stdio_backend
 
-pytestmark = [
-    pytest.mark.timeout(30),
-    pytest.mark.skipif(
-        "streaming" not in SERVER_EXTENSIONS or "streaming" not in KERNEL_EXTENSIONS,
-        reason="the gateway does not announce MGP streaming yet",
-    ),
-]
+pytestmark = [pytest.mark.timeout(30)]
 
 CHUNK, PROGRESS = "notifications/mgp.stream.chunk", "notifications/mgp.stream.progress"
 

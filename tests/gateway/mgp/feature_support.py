@@ -14,7 +14,6 @@ from policies.auth import Credentials
 from tests.gateway.mgp.demo_gateway import mgp_session_of
 
 # The extensions of these features, served whether or not SERVER_EXTENSIONS lists them yet.
-FEATURES = frozenset({"audit", "events", "callbacks"})
 PRINCIPALS = {
     "alice": {"tokens": ["alice-token"], "capabilities": ["mcp/*"]},
     "bob": {"tokens": ["bob-token"], "capabilities": ["mcp/*"]},
@@ -30,7 +29,6 @@ async def gateway(**config: Any) -> AsyncIterator[Gateway]:
         "principals": PRINCIPALS,
     }
     gw = Gateway(Config.model_validate({**base, **config}))
-    gw.mgp.server.extensions = gw.mgp.server.extensions | FEATURES
     await gw.start()
     try:
         assert await gw.connections["demo"].wait_ready(10)

@@ -18,7 +18,6 @@ from gateway import jsonrpc
 from gateway.config import Config
 from gateway.core import Gateway
 from gateway.errors import MgpCode
-from gateway.mgp import kernel as mgp_kernel
 from gateway.mgp.lifecycle import GATEWAY_ID, Lifecycle, Transition, derived_state
 from gateway.sessions import ClientSession
 from policies.patterns import CapabilitySet
@@ -32,17 +31,10 @@ OPS = Principal("ops", CapabilitySet(["mcp/*", "mgp/request:mgp/lifecycle/shutdo
 SLOW = {"name": "slow_count", "arguments": {"n": 3, "delay_s": 0.1}}
 
 
-def serving_lifecycle(gw: Gateway) -> Gateway:
-    """The gateway announcing ``lifecycle`` to its clients (what gateway/mgp/server.py SERVER_EXTENSIONS
-    says once the extension is listed there; until then, set here)."""
-    gw.mgp.server.extensions = gw.mgp.server.extensions | {"lifecycle"}
-    return gw
-
-
 @pytest.fixture
 async def gateway() -> AsyncIterator[Gateway]:
     async for gw in started():
-        yield serving_lifecycle(gw)
+        yield gw
 
 
 async def pushed(session: ClientSession, after: int = 0) -> list[dict[str, Any]]:
@@ -261,7 +253,7 @@ async def test_a_backend_that_says_it_drains_is_refused_new_calls(gateway: Gatew
 
 async def test_the_gateway_announces_its_own_shutdown() -> None:
     async for gw in started():
-        wants, _ = await mgp_session_of(serving_lifecycle(gw), "0.3.0", ["lifecycle"])
+        wants, _ = await mgp_session_of(gw, "0.3.0", ["lifecycle"])
         mark = wants.standalone.last_seq
     notes = lifecycle_notes(await pushed(wants, mark))
     assert notes[0]["server_id"] == GATEWAY_ID
@@ -334,9 +326,8 @@ def test_an_operator_drain_holds_whatever_the_connection_does() -> None:
 
 
 @pytest.fixture
-async def lifecycle_backend(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> AsyncIterator[Gateway]:
+async def lifecycle_backend(tmp_path: Path) -> AsyncIterator[Gateway]:
     """A gateway whose kernel offers ``lifecycle``, in front of tests/e2e/backends/mgp_lifecycle_server.py."""
-    monkeypatch.setattr(mgp_kernel, "KERNEL_EXTENSIONS", mgp_kernel.KERNEL_EXTENSIONS | {"lifecycle"})
     backend = {
         "transport": "stdio",
         "command": sys.executable,

@@ -17,8 +17,7 @@ from gateway import jsonrpc
 from gateway.channels import Channel
 from gateway.config import Config
 from gateway.core import Gateway
-from gateway.mgp import kernel as mgp_kernel, streaming
-from gateway.mgp.server import SERVER_EXTENSIONS
+from gateway.mgp import streaming
 from gateway.routing.call import CallSink
 from gateway.sessions import ClientSession
 from tests.gateway.mgp.demo_gateway import ask, mgp_session_of, rpc, session_of
@@ -38,10 +37,8 @@ def generate(n: int, delay_s: float = 0.01, **extra: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def gw(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Gateway]:
-    """The demo backend (plain MCP) and the streaming MGP backend, the gateway offering
-    ``streaming`` both ways (its announcement lists are not this feature's to change)."""
-    monkeypatch.setattr(mgp_kernel, "KERNEL_EXTENSIONS", mgp_kernel.KERNEL_EXTENSIONS | {"streaming"})
+async def gw() -> AsyncIterator[Gateway]:
+    """The demo backend (plain MCP) and the streaming MGP backend."""
     config = Config.model_validate(
         {
             "backends": {
@@ -52,7 +49,6 @@ async def gw(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Gateway]:
         }
     )
     gateway = Gateway(config)
-    gateway.mgp.server.extensions = SERVER_EXTENSIONS | {"streaming", "progress"}
     await gateway.start()
     try:
         for conn in gateway.connections.values():
