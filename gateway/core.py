@@ -20,6 +20,7 @@ from gateway.mcpl import McplRelay
 from gateway.mcpx.bridge import BackendParticipants
 from gateway.mcpx.hub import TopicHub
 from gateway.metrics import Metrics
+from gateway.mgp.access_store import BusAccessStore
 from gateway.mgp.assembly import assemble as assemble_mgp
 from gateway.mgp.lifecycle import Lifecycle
 from gateway.mrtr import Parking
@@ -71,8 +72,12 @@ class Gateway:
         self.bus = bus or make_bus(config.bus.kind, config.bus.url, config.bus.prefix)
         self.audit = AuditLog(config.audit, self.metrics)
         # MGP §5: one access table for calls, lists and the mgp/access/* methods (gateway/mgp/access_methods.py).
+        # Runtime grants and revocations go through the bus: every replica agrees (gateway/mgp/access_store.py).
+        self.mgp_access_store = BusAccessStore(self.bus, lambda: self._tools_changed())
         self.mgp_access = AccessTable(
-            (e.model_dump(exclude_none=True) for e in config.mgp.access), config.mgp.default_access
+            (e.model_dump(exclude_none=True) for e in config.mgp.access),
+            config.mgp.default_access,
+            store=self.mgp_access_store,
         )
         mgp_lifecycle = Lifecycle()  # MGP §11: the state machine of every backend and of the gateway
         self.pins = PinStore(config.pinning.mode, self.bus, self.audit, self.metrics)
@@ -245,6 +250,7 @@ class Gateway:
 
     async def start(self) -> None:
         await self.bus.start()
+        await self.mgp_access_store.start()
         if self.authenticator.jwt is not None and self.authenticator.jwt.config.jwks_url:
             await self.authenticator.jwt.refresh()
         for conn in self.connections.values():
@@ -261,6 +267,7 @@ class Gateway:
         await asyncio.gather(*(conn.close() for conn in self.connections.values()), return_exceptions=True)
         await self.affinity.close()
         await self.audit.close()
+        await self.mgp_access_store.stop()
         await self.bus.close()
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
