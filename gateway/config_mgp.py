@@ -74,6 +74,30 @@ class MgpAccessEntry(_Model):
     permission: Literal["allow", "deny"] = Field(description="allow or deny.")
 
 
+def _tool_name(value: str) -> str:
+    if not value or value != value.strip():
+        raise ValueError(f"tool name {value!r} must be non-empty without surrounding spaces")
+    return value
+
+
+ToolName = Annotated[str, AfterValidator(_tool_name)]
+
+
+class MgpToolContext(_Model):
+    """§16.8 ``tool_context_budget``: the token budget of an MGP client's tool definitions (its
+    §16.7 session cache and what ``mgp/tools/discover`` returns). Tokens are estimated from each
+    definition's JSON size. The defaults are the spec's example."""
+
+    max_tokens: int = Field(8000, ge=1, description="Total tokens of tool definitions a session may hold.")
+    pinned_reserve: int = Field(2000, ge=0, description="Tokens set aside for pinned tools (never evicted).")
+    discovery_reserve: int = Field(
+        3000, ge=0, description="Tokens one discovery answer may fill; more results are truncated (§16.8)."
+    )
+    cache_limit: int = Field(
+        3000, ge=0, description="Tokens of requested (cached) tools; beyond it the least recently used are evicted."
+    )
+
+
 class Mgp(_Model):
     permission_policy: Literal["interactive", "auto_approve", "deny_all", "config_only"] = Field(
         "config_only",
@@ -105,6 +129,16 @@ class Mgp(_Model):
         default_factory=dict,
         description="Trust level by backend (draft §2.3, §4.6); a backend's own declaration never raises it. "
         "Unlisted backends are standard.",
+    )
+    tool_context: MgpToolContext = Field(
+        default_factory=MgpToolContext,
+        description="§16.8 context budget of the §16 tool cache (mgp/tools/discover|request|session|evict).",
+    )
+    pinned_tools: dict[str, list[ToolName]] = Field(
+        default_factory=dict,
+        description="§16.7 tools pinned in every tool session, by agent (a principal name, or '*' for every "
+        "agent): tool names as the agent sees them. Pins are never evicted; a name the agent cannot see, or "
+        "that is not indexed, is not pinned.",
     )
     register_commands: bool = Field(
         False,

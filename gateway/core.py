@@ -166,6 +166,9 @@ class Gateway:
         self.client_messages = ClientMessages(self.connections, self.subscriptions, self.mcpl, self.mgp.streams)
         # Legacy-era twins of dual-era backends, opened on first need (the handler is made below).
         self.affinity = EraAffinity(self._legacy_twin, config.limits.startup_wait_s)
+        # A deregistered backend (MGP §15): MGP's kernel, lifecycle and news forget it; its legacy twin closes.
+        self.runtime.on_removed(self.mgp.backend_removed)
+        self.runtime.on_removed(lambda conn: self.affinity.retire(conn.name))
         self.router = Router(
             chain=self.chain,
             catalog=self.catalog,

@@ -43,9 +43,18 @@ class EraBridge:
     # ---- toward a modern client --------------------------------------------------------------
 
     async def for_modern_client(
-        self, call: Call, backend: str, conn: BackendConnection, params: dict[str, Any] | None
+        self,
+        call: Call,
+        backend: str,
+        conn: BackendConnection,
+        params: dict[str, Any] | None,
+        stream_sink: CallSink | None = None,
     ) -> dict[str, Any]:
-        """A modern client: requests for input become ``input_required`` results, never requests."""
+        """A modern client: requests for input become ``input_required`` results, never requests.
+
+        ``stream_sink``: an MGP streamed call's (§12, gateway/mgp/streaming.py); it then owns the
+        call upstream, so chunks and progress reach the exchange's stream under the client's id. A
+        resumed (parked) call keeps the sink it was parked with."""
         session, event, channel = call.session, call.event, call.channel
         method = event.method or ""
         parking = self._parking
@@ -60,7 +69,7 @@ class EraBridge:
                 forward["requestState"] = parking.unwrap(state, principal, backend)
             if responses is not None:
                 forward["inputResponses"] = responses
-            response = await call_backend(session, event.rpc_id, conn, method, forward, channel)
+            response = await call_backend(session, event.rpc_id, conn, method, forward, channel, stream_sink)
             result = response.get("result")
             if isinstance(result, dict) and isinstance(result.get("requestState"), str):
                 response = {
@@ -99,8 +108,9 @@ class EraBridge:
                 )
         else:
             work_session = session
-            sink = CallSink(session, channel)
+            sink = stream_sink or CallSink(session, channel)
             pending = conn.begin(method, clean or None, sink)
+            sink.began(conn, pending)
             task = asyncio.ensure_future(conn.call(pending))
             session.inflight[event.rpc_id] = (conn, pending)
         return await self._await_or_park(work_session, event.rpc_id, backend, method, task, sink)

@@ -7,13 +7,17 @@ same kind of connection) and can be removed again.
 Invariants: every step up to the connection's start is one synchronous step, so no request sees a
 half-added backend; a leaving backend is announced to clients (as a lost backend) while the views
 still hold it, then leaves every view before its calls in flight are given ``drain_s`` to finish;
-sessions of a view whose backends changed are told to list again.
+sessions of a view whose backends changed are told to list again. Once its connection is closed,
+the ``on_removed`` listeners (what else keeps per-backend state: MGP's kernel, lifecycle and news,
+gateway/mgp/assembly.py; a dual-era backend's legacy twin, gateway/upstreams/affinity.py) are
+called in the same synchronous step that forgets the connection, while it is still under its name.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, MutableMapping
 from typing import TYPE_CHECKING
 
@@ -26,6 +30,8 @@ if TYPE_CHECKING:
     from gateway.metrics import Metrics
     from gateway.sessions import SessionStore
     from gateway.upstreams.connection import BackendConnection
+
+log = logging.getLogger(__name__)
 
 _POLL_S = 0.02
 
@@ -53,6 +59,11 @@ class RuntimeBackends:
         self._metrics = metrics
         self._connect = connect  # a connection built like the config's backends'
         self._lost = lost  # what a lost backend means for clients (gateway/routing/backend_events.py)
+        self._removed: list[Callable[[BackendConnection], None]] = []
+
+    def on_removed(self, listener: Callable[[BackendConnection], None]) -> None:
+        """``listener(conn)`` after a removed backend's connection closed (see the invariants)."""
+        self._removed.append(listener)
 
     async def add(self, name: str, cfg: BackendConfig) -> BackendConnection:
         """``name`` joins and starts connecting. ValueError: the name is taken or not a backend name."""
@@ -85,6 +96,11 @@ class RuntimeBackends:
                 while any(not isinstance(o, ListenOwner) for o in conn.owners_inflight()):  # noqa: ASYNC110
                     await asyncio.sleep(_POLL_S)
         await conn.close()
+        for listener in self._removed:
+            try:
+                listener(conn)
+            except Exception:
+                log.exception("backend %s: a removal listener failed", name)
         del self._connections[name]
         self._catalogs.pop(name, None)
         with contextlib.suppress(KeyError):

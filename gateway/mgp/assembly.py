@@ -32,6 +32,7 @@ from gateway.mgp.registry import AddBackend, Registry, RemoveBackend
 from gateway.mgp.server import MgpServer
 from gateway.mgp.streaming import Streams
 from gateway.mgp.tool_facts import ToolFacts
+from gateway.mgp.tool_session import ContextBudget
 
 if TYPE_CHECKING:
     from gateway.audit import AuditLog
@@ -63,6 +64,18 @@ class Mgp:
     def trust_of(self, backend: str) -> str:
         """The trust level a backend is held to (config, or its registration: §2.3, §15)."""
         return security.effective_trust(self.registry.trust_of(backend))
+
+    def backend_removed(self, conn: BackendConnection) -> None:
+        """``RuntimeBackends.on_removed`` (§15 deregistration; the connection is closed, still under
+        its name). Every news listener is told ``disconnected`` even when the backend was not
+        connected (the lifecycle ends it ``disconnected``, the tool index marks its tools, events
+        drop its upstream subscription ids; each is idempotent for one already told); then the
+        kernel and the lifecycle forget it. Its tools leave the discovery index at the next query,
+        which reconciles every index with its view's (now smaller) backends before answering
+        (gateway/mgp/federated_index.py); its ``/servers/NAME/`` view's index goes with the view."""
+        self.news.state(conn, "disconnected", "deregistered")
+        self.lifecycle.forget(conn.name, "deregistered")
+        self.kernel.forget(conn.name)
 
     def start(self) -> None:
         self.lifecycle.gateway("connected", "started")
@@ -109,6 +122,7 @@ def assemble(
         server.on_session_end(feature.session_ended)
     # §11: lifecycle notifications to MGP clients, health (ping/status, a watcher) and graceful shutdown.
     lifecycle.on_transition(LifecycleNotifier(sessions))
+    lifecycle.on_transition(events.on_transition)  # §13 ``lifecycle`` channel: every §11.2 state
     lifecycle.on_transition(LifecycleAudit(audit))  # §6.4 SERVER_CONNECTED / _DISCONNECTED
     lifecycle.listen(news)
     health = Health(connections, lifecycle, kernel, catalogs, sessions)
@@ -116,7 +130,8 @@ def assemble(
     server.add({**health.handlers(), **drain.handlers()})
     # §16: tool discovery over every federated tool, fed from the catalog.
     index = FederatedIndex(catalog, catalogs, connections, tools, trust_of, recheck_s=list_cache_s)
-    discovery = DiscoveryService(index, chain)
+    budget = ContextBudget(**config.tool_context.model_dump())  # §16.8, mgp.tool_context
+    discovery = DiscoveryService(index, chain, budget=budget, pinned=config.pinned_tools)
     news.on_state(index.on_state)  # a lost backend's tools: status disconnected
     server.add(discovery.handlers())
     streams = Streams(kernel.backend, news)  # §12: streamed tools/call

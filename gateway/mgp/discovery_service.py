@@ -28,8 +28,8 @@ LLM's context must hold (``names.LLM_CONTEXT``: discover and request, §16.8 vis
 ``mgp.tools.*`` for draft clients, ``mgp/tools/*`` for seed clients, §16.2) when the caller may call them,
 plus the tools the operator pins per agent (``pinned``: principal name or ``"*"`` -> exposed tool names;
 a pinned name the caller cannot see, or that is not indexed when the cache is made, is not pinned). The
-budget and the per-agent pins are constructor arguments: the config has no keys for them yet, so the
-gateway runs with the §16.8 example budget and the meta-tools pinned.
+budget and the per-agent pins are constructor arguments, from the config's ``mgp.tool_context`` and
+``mgp.pinned_tools`` (gateway/config_mgp.py; the §16.8 example budget and no pins by default).
 
 Malformed params are -32602 with the offending field named.
 """

@@ -6,8 +6,11 @@ Channels a client may name:
 
 - ``audit``: the gateway's audit stream (``gateway/mgp/audit_stream.py``), each record the client
   may see (its principal's, or all with ``mgp/request:mgp/audit/*``) as ``data`` in the §6.3 shape;
-- ``lifecycle``: state changes of the backends in the client's view (``{server_id, previous_state,
-  new_state, reason, timestamp}``, §11.5 names: ``connected``, ``disconnected``);
+- ``lifecycle``: every transition of the gateway's lifecycle state machine (gateway/mgp/lifecycle.py,
+  fed to :meth:`EventHub.on_transition`) for a backend in the client's view or the gateway itself
+  (``{server_id, previous_state, new_state, reason, timestamp}``, every §11.2 state: ``connecting``,
+  ``connected``, ``draining``, ``restarting``, ``disconnected``, ``error`` ...); severity ``info``
+  for a server coming up, ``warning`` for one going away, ``error`` for ``error``;
 - ``BACKEND/CHANNEL``: the channel ``CHANNEL`` of the MGP backend ``BACKEND`` (in the client's
   view, with ``events`` negotiated), e.g. ``weather/system.alerts``. The backend's name goes first
   because the gateway merges many servers and §13.5 leaves channel names to each server; the part
@@ -46,11 +49,13 @@ from gateway import jsonrpc
 from gateway.audit import rfc3339_ms
 from gateway.errors import MgpCode, mgp_error_data
 from gateway.mgp.audit_stream import visible
+from gateway.mgp.lifecycle import GATEWAY_ID
 from gateway.routing.call import Call, Routed
 
 if TYPE_CHECKING:
     from gateway.mgp.audit_stream import AuditStream, Entry  # visible() is the one rule of who sees a record
     from gateway.mgp.kernel import BackendMgp
+    from gateway.mgp.lifecycle import Transition
     from gateway.mgp.news import MgpNews
     from gateway.sessions import ClientSession
     from gateway.upstreams.connection import BackendConnection
@@ -66,7 +71,16 @@ REPLAY_DEPTH = 1000  # per subscription (§13.6 minimum)
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
 UPSTREAM_TIMEOUT_S = 10.0
 _SEVERITY = {"info": 0, "warning": 1, "error": 2}
-_STATE_NAMES = {"ready": "connected", "disconnected": "disconnected"}  # news states -> §11.2 states
+# §11.2 states -> event severity (§13.3 ``min_severity``): a server going away warns, giving up is an error.
+_LIFECYCLE_SEVERITY = {
+    "registered": "info",
+    "connecting": "info",
+    "connected": "info",
+    "draining": "warning",
+    "restarting": "warning",
+    "disconnected": "warning",
+    "error": "error",
+}
 
 
 @dataclass(slots=True, eq=False)
@@ -104,7 +118,6 @@ class EventHub:
         self._subs: dict[str, Subscription] = {}
         self._by_channel: dict[str, dict[str, Subscription]] = {}
         self._upstream: dict[tuple[str, str], Upstream] = {}
-        self._states: dict[str, str] = {}
         self._lock = asyncio.Lock()  # upstream subscribe/unsubscribe, one at a time (rare, bounded)
         self._audit = audit
         audit.tap(self._on_audit)
@@ -246,22 +259,24 @@ class EventHub:
             admits=lambda session: visible(session.principal, entry.record),
         )
 
-    def _on_state(self, conn: BackendConnection, state: str, reason: str) -> None:
-        if self._connections.get(conn.name) is not conn:
-            return  # a legacy-era twin (gateway/upstreams/affinity.py): the primary speaks for the backend
-        new = _STATE_NAMES.get(state, state)
-        previous = self._states.get(conn.name, "connecting")
-        self._states[conn.name] = new
-        data = {"server_id": conn.name, "previous_state": previous, "new_state": new, "reason": reason or None}
-        stamp = rfc3339_ms(time.time())
-        data["timestamp"] = stamp
+    def on_transition(self, transition: Transition) -> None:
+        """``Lifecycle.on_transition``: one §11.2 state change, to the ``lifecycle`` subscribers that
+        see its server (the gateway's own changes reach all of them)."""
+        data = transition.params()
+        data["reason"] = transition.reason or None
+        server_id = transition.server_id
         self._publish(
             LIFECYCLE_CHANNEL,
             data,
-            timestamp=stamp,
-            severity="info" if new == "connected" else "warning",
-            admits=lambda session: conn.name in session.view.backends,
+            timestamp=data["timestamp"],
+            severity=_LIFECYCLE_SEVERITY.get(transition.new_state, "warning"),
+            admits=lambda session: server_id == GATEWAY_ID or server_id in session.view.backends,
         )
+
+    def _on_state(self, conn: BackendConnection, state: str, reason: str) -> None:
+        """A connect or a loss: the backend channels clients subscribed to follow the connection."""
+        if self._connections.get(conn.name) is not conn:
+            return  # a legacy-era twin (gateway/upstreams/affinity.py): the primary speaks for the backend
         if state == "ready":
             wanted = [channel for (backend, channel), up in self._upstream.items() if backend == conn.name and up.count]
             if wanted:

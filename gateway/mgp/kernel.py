@@ -179,6 +179,11 @@ class Kernel:
         """What ``name`` negotiated on its latest connect (None: it does not speak MGP)."""
         return self._backends.get(name)
 
+    def forget(self, name: str) -> None:
+        """``name`` left the gateway (deregistered, §15.4): what it negotiated and was granted goes
+        with it, so a backend registered later under the name starts from nothing."""
+        self._backends.pop(name, None)
+
     def grants_of(self, name: str) -> Mapping[str, Grant]:
         found = self._backends.get(name)
         return found.grants if found is not None else {}

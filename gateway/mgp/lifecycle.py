@@ -203,6 +203,17 @@ class Lifecycle:
         self._move(backend, "disconnected", reason)
         life.stopped = True
 
+    # ---- a backend that leaves (MGP §15 deregistration) -----------------------------------------
+
+    def forget(self, backend: str, reason: str) -> None:
+        """``backend`` left the gateway: it ends ``disconnected`` (listeners are told when it was not
+        already), then its state is dropped, so a backend registered later under the name starts a
+        life of its own at ``registered``."""
+        if backend not in self._lives or backend == GATEWAY_ID:
+            return
+        self._move(backend, "disconnected", reason)
+        del self._lives[backend]
+
     # ---- the gateway itself ----------------------------------------------------------------------
 
     def gateway(self, state: str, reason: str) -> None:

@@ -12,6 +12,12 @@ An MGP client whose facet has ``streaming`` active asks for a stream with ``tool
   the call become text chunks. A progress token the client sent itself still gets MCP progress;
 - the final result carries ``_mgp: {streamed, chunks_sent, duration_ms}`` (§12.5; a backend's own
   ``_mgp`` fields win);
+- a 2026-07-28 ("modern") client's call is streamed the same way: its exchange answers on an SSE
+  stream as soon as the first chunk or progress precedes the result
+  (gateway/transports/streamable_http_modern.py). Its session lives for that exchange only, so a
+  ``mgp.stream.cancel`` from a later exchange finds the call among the modern streamed calls *of
+  the same principal* (ambiguous ids are refused); the retry of an ``input_required`` answer is not
+  a new stream (the parked call keeps relaying through the sink it was parked with, unmarked);
 - ``mgp/stream/cancel`` (kernel tool ``mgp.stream.cancel``) cancels a call of the *caller's own
   session* upstream (``mgp/stream/cancel`` toward a streaming backend, then
   ``notifications/cancelled``), answers the original call with -32800, and returns what arrived as
@@ -26,9 +32,9 @@ client's ``_mgp`` goes only to MGP backends, its ``stream`` flag only to those t
 Invariants: a streamed call is filed under (connection, upstream id) and (session id, client id)
 from ``began`` until its forward ends (``end``, in a ``finally``), so the tables hold only calls in
 flight and at most ``MAX_STREAMS`` of them (beyond that a call is served unstreamed); a session can
-reach only its own calls; nothing is relayed for a call after it was cancelled; each call keeps at
-most ``MAX_KEPT_CHUNKS`` chunks / ``MAX_KEPT_BYTES`` of content; the upstream cancel waits at most
-``UPSTREAM_CANCEL_TIMEOUT_S``.
+reach only its own calls (a modern exchange: its principal's modern calls); nothing is relayed for
+a call after it was cancelled; each call keeps at most ``MAX_KEPT_CHUNKS`` chunks /
+``MAX_KEPT_BYTES`` of content; the upstream cancel waits at most ``UPSTREAM_CANCEL_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -203,7 +209,8 @@ class Streams:
             method == "tools/call"
             and wire.wants_stream(params)
             and facet.wants("streaming")
-            and call.session.codec.asks_mid_request  # a modern client's calls go through the era bridge
+            # A modern client's retry with answers resumes a parked call, which keeps its own sink.
+            and (call.session.codec.asks_mid_request or "requestState" not in params)
         )
         if backend_mgp is None:
             params = wire.without_mgp(params)
@@ -250,8 +257,8 @@ class Streams:
         if stream.cancelled:
             return jsonrpc.error(stream.client_id, jsonrpc.REQUEST_CANCELLED, "Request cancelled (mgp/stream/cancel)")
         result = answer.get("result")
-        if not isinstance(result, dict):
-            return answer
+        if not isinstance(result, dict) or result.get("resultType") == "input_required":
+            return answer  # not the call's final result (a modern client is asked for input first)
         marker = wire.completion(stream.chunks_sent, stream.elapsed_ms, result.get(wire.MGP_KEY))
         return {**answer, "result": {**result, wire.MGP_KEY: marker}}
 
@@ -278,7 +285,30 @@ class Streams:
             found = self._by_client.get((session.id, key))
             if found is not None:
                 return found
+        if not session.codec.asks_mid_request:
+            return self._principals_own(session, request_id)
         return None
+
+    def _principals_own(self, session: ClientSession, request_id: object) -> StreamedCall | None:
+        """A modern client's session lives for one exchange (MCP 2026-07-28), so its cancel arrives
+        on another one: it may name a streamed call of another modern exchange *of the same
+        principal* (the binding the era bridge gives parked calls, gateway/eras.py). Two such calls
+        under the same id are ambiguous and neither is chosen."""
+        forms = _id_forms(request_id)
+        principal = session.principal.name
+        found = [
+            stream
+            for stream in self._by_client.values()
+            if not stream.session.codec.asks_mid_request
+            and stream.session.principal.name == principal
+            and stream.client_id in forms
+        ]
+        if len(found) > 1:
+            raise jsonrpc.RpcError(
+                jsonrpc.INVALID_PARAMS,
+                f"request_id {request_id!r} names {len(found)} streamed calls of this principal; cancel is ambiguous",
+            )
+        return found[0] if found else None
 
     async def cancel(self, call: Call) -> Routed:
         """§12.7 ``mgp/stream/cancel``: a streamed (or any long-running) call of the caller's session."""

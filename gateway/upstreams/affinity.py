@@ -140,6 +140,10 @@ class EraAffinity:
             return None
         return "refused" if twin.refused else twin.conn.state
 
+    def retire(self, name: str) -> None:
+        """``name`` left the gateway (MGP §15 deregistration): its legacy twin, if any, is closed."""
+        self._retire(name)
+
     def _retire(self, name: str) -> None:
         twin = self._twins.pop(name, None)
         if twin is not None and not twin.refused:
