@@ -76,6 +76,7 @@ class Mgp:
         self.news.state(conn, "disconnected", "deregistered")
         self.lifecycle.forget(conn.name, "deregistered")
         self.kernel.forget(conn.name)
+        self.health.forget(conn.name)
 
     def start(self) -> None:
         self.lifecycle.gateway("connected", "started")

@@ -196,6 +196,10 @@ class Health:
     def last_probe(self, backend: str) -> Probe | None:
         return self._last.get(backend)
 
+    def forget(self, backend: str) -> None:
+        """A deregistered backend's last probe goes with it (§15)."""
+        self._last.pop(backend, None)
+
     # ---- mgp/health/ping -------------------------------------------------------------------------
 
     async def ping(self, call: Call) -> Routed:
