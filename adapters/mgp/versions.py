@@ -30,6 +30,7 @@ KERNEL_TOOLS_SINCE = (0, 5)
 SPLIT_EXTENSIONS_SINCE = (0, 6)
 REJECTION_ENVELOPE_SINCE = (0, 6)  # 0.6.1 (§14.7); a 0.6 peer is read as 0.6.1
 MODERN_ERA_SINCE = (0, 8)
+RESOURCE_NOT_FOUND_SINCE = (0, 8)  # §14.3.1: 4004 for an identifier that names nothing
 
 _SEMVER = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-+].*)?\s*$")
 

@@ -18,7 +18,8 @@ The answer comes at once, with the §11.4 result (``accepted``, ``pending_reques
 ``estimated_drain_ms``); the drain goes on in a task of this module, cancelled when the gateway
 stops. Params: ``server_id`` (required: the gateway itself is not shut down over MGP), ``reason``
 (one of §11.4's reasons, default ``operator_request``), ``timeout_ms`` (a positive number).
-Malformed params and unknown servers are ``-32602``; a backend an operator is already draining is
+Malformed params are ``-32602``, an unknown server §14.3.1's ``RESOURCE_NOT_FOUND`` (4004) for a
+0.8 client (-32602 before 0.8: ``health.unknown_server``); a backend an operator is already draining is
 ``SERVER_DRAINING`` (2001), one already shut down ``SERVER_NOT_READY`` (2000). A backend that only
 said it drains (its own ``notifications/mgp.lifecycle``) may still be shut down.
 """
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from gateway import jsonrpc
 from gateway.errors import MgpCode, mgp_error_data
-from gateway.mgp.health import KernelView, calls_in_flight, speaks_lifecycle
+from gateway.mgp.health import KernelView, calls_in_flight, speaks_lifecycle, unknown_server
 from gateway.mgp.lifecycle import GATEWAY_ID, Lifecycle
 from gateway.routing.call import Call, Handler, Routed
 
@@ -108,7 +109,7 @@ class Drain:
             or backend not in call.session.view.backends
             or backend not in self._connections
         ):
-            raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, f"unknown server_id {backend!r}", {"server_id": backend})
+            raise unknown_server(call, backend)
         reason = params.get("reason", "operator_request")
         if reason not in REASONS:
             raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, f"params.reason must be one of {', '.join(sorted(REASONS))}")

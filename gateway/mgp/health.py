@@ -3,8 +3,9 @@ itself and per backend, and a watcher that keeps the lifecycle current and pings
 
 Which server a call is about: no ``server_id`` (the seed's form, addressed to the server itself) or
 the gateway's own id :data:`~gateway.mgp.lifecycle.GATEWAY_ID` is the gateway; a backend name of the
-caller's view is that backend; anything else is ``-32602`` (a name outside the view is unknown to
-this client, as in its tool lists).
+caller's view is that backend; anything else names nothing (a name outside the view is unknown to
+this client, as in its tool lists): §14.3.1 ``RESOURCE_NOT_FOUND`` (4004) for a client of 0.8 or
+later, ``-32602`` for earlier and plain ones (:func:`unknown_server`, also used by ``drain.py``).
 
 A backend's health is measured, not assumed: a real round trip with a timeout of 5 s (§11.3:
 "Servers MUST respond within 5 seconds"). An MGP backend whose negotiated extensions include
@@ -31,6 +32,7 @@ from collections.abc import Mapping, Sized
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from adapters.mgp import versions
 from gateway import jsonrpc
 from gateway.audit import rfc3339_ms
 from gateway.errors import MgpCode, mgp_error_data
@@ -262,8 +264,8 @@ class Health:
             "since": rfc3339_ms(self._lifecycle.since(backend)),
             "reason": self._lifecycle.reason(backend),
             "uptime_secs": self._uptime(conn, probe) if probe is not None else 0,
-            "tools_available": (tools or 0) if state == "connected" else 0,
-            "tools_total": tools or 0,
+            "tools_available": _count(tools, answer, "tools_available") if state == "connected" else 0,
+            "tools_total": _count(tools, answer, "tools_total"),
             "pending_requests": calls_in_flight(conn),
             "latency_ms": probe.latency_ms if probe is not None else None,
             "resources": {**resources, "restarts": conn.restarts, "transport": conn.config.transport},
@@ -286,7 +288,7 @@ class Health:
         if not isinstance(server_id, str) or not server_id:
             raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "params.server_id must be a non-empty string")
         if server_id not in call.session.view.backends or server_id not in self._connections:
-            raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, f"unknown server_id {server_id!r}", {"server_id": server_id})
+            raise unknown_server(call, server_id)
         return server_id
 
     def _backend_status(self, state: str, probe: Probe | None) -> str:
@@ -338,3 +340,24 @@ class Health:
             "checks": {name: servers[name]["state"] == "connected" for name in view},
             "servers": servers,
         }
+
+
+def _count(listed: int | None, answer: Mapping[str, Any], key: str) -> int:
+    """A tool count of a status: the gateway's own (its cached list), else, before the gateway has
+    fetched the list, what the backend said in its own §11.3 status, else 0."""
+    if listed is not None:
+        return listed
+    said = answer.get(key)
+    return said if isinstance(said, int) and not isinstance(said, bool) and said >= 0 else 0
+
+
+def unknown_server(call: Call, server_id: object) -> jsonrpc.RpcError:
+    """A ``server_id`` that names no backend of the caller's view. §14.3.1 (0.8): ``RESOURCE_NOT_FOUND``
+    (4004, category ``validation``, not retryable), the message naming the identifier as given; a
+    client of an earlier version (whose §14.3 has no 4004) or a plain one gets -32602."""
+    message = f"Server {server_id!r} not found"
+    facet = call.session.mgp
+    if facet is not None and versions.at_least(facet.version, versions.RESOURCE_NOT_FOUND_SINCE):
+        code = MgpCode.RESOURCE_NOT_FOUND
+        return jsonrpc.RpcError(code, message, {"server_id": server_id, **mgp_error_data(code)})
+    return jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, message, {"server_id": server_id})

@@ -79,6 +79,7 @@ class Pending:
     # The task blocked in the carrier's send (request/response carriers): interrupted on cancel.
     task: asyncio.Task[Any] | None = None
     interrupted: bool = False
+    lost: str | None = None  # the connection went away before the answer: why
 
 
 class BackendConnection:
@@ -333,6 +334,7 @@ class BackendConnection:
         pending, self._pending = self._pending, {}
         for p in pending.values():
             if not p.future.done():
+                p.lost = reason
                 p.future.set_result(jsonrpc.error(p.upstream_id, jsonrpc.BACKEND_UNAVAILABLE, reason))
 
     # ---- outbound ----------------------------------------------------------------------------
@@ -400,7 +402,11 @@ class BackendConnection:
                     assert task is not None  # this coroutine runs in a task
                     task.uncancel()
                 pending.task = None
-                return await pending.future
+                answer = await pending.future
+                if pending.lost is not None:
+                    # The gateway's own failure, raised like every other (not the backend's answer).
+                    raise jsonrpc.RpcError(jsonrpc.BACKEND_UNAVAILABLE, pending.lost)
+                return answer
         except TimeoutError:
             self._abandon(pending, "timed out in the gateway")
             raise jsonrpc.RpcError(

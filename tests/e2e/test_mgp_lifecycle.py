@@ -19,7 +19,7 @@ from tests.support import LinePeer, crashy_backend, initialize_request, spawn_mo
 pytestmark = pytest.mark.timeout(60)
 
 SERVER_NOT_READY = 2000
-BACKEND_UNAVAILABLE = -32090
+UPSTREAM_UNAVAILABLE = 5002  # §14.3: the gateway's own "backend unavailable", as an MGP client reads it
 
 
 @asynccontextmanager
@@ -66,14 +66,14 @@ async def test_a_killed_backend_restarts_until_its_restart_limit(tmp_path: Path)
         first_pid = (await ask("tools/call", {"name": "ok"}))["result"]["content"][0]["text"].rsplit(" ", 1)[1]
 
         # Killed: the call fails at once, the backend is restarted (a new process) and connected again.
-        assert (await ask("tools/call", {"name": "die"}))["error"]["code"] == BACKEND_UNAVAILABLE
+        assert (await ask("tools/call", {"name": "die"}))["error"]["code"] == UPSTREAM_UNAVAILABLE
         again = await ask.until_status(lambda s: s["state"] == "connected" and s["resources"]["restarts"] == 1)
         assert again["status"] == "healthy"
         second_pid = (await ask("tools/call", {"name": "ok"}))["result"]["content"][0]["text"].rsplit(" ", 1)[1]
         assert second_pid != first_pid, "a new process answers"
 
         # Killed again within the window: max_restarts (1) is exceeded, the gateway gives up (§11.6).
-        assert (await ask("tools/call", {"name": "die"}))["error"]["code"] == BACKEND_UNAVAILABLE
+        assert (await ask("tools/call", {"name": "die"}))["error"]["code"] == UPSTREAM_UNAVAILABLE
         gave_up = await ask.until_status(lambda s: s["state"] == "error")
         assert gave_up["status"] == "unhealthy" and "restart_limit_exceeded" in gave_up["reason"]
         assert "restart_limit_exceeded" in gave_up["last_error"]

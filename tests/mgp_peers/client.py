@@ -136,6 +136,7 @@ class MgpTestClient:
     _stream: asyncio.Task[None] | None = None
     _notes: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=NOTIFICATION_BUFFER))
     _arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    _listening: asyncio.Event = field(default_factory=asyncio.Event)  # the GET stream is open (or refused)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     # ---- the MGP object this client declares ---------------------------------------------------
@@ -200,6 +201,10 @@ class MgpTestClient:
             self.negotiated = Negotiated(caps, None, None)
         await self.notify("notifications/initialized")
         self._stream = asyncio.create_task(self._listen())
+        # A server sends what it has on the GET stream only once it is open (a fresh GET starts
+        # from "now"): wait for it, so no server-initiated message of the session is missed.
+        async with asyncio.timeout(self.timeout_s):
+            await self._listening.wait()
 
     async def _discover(self) -> None:
         result = await self.request("server/discover", {})
@@ -328,11 +333,15 @@ class MgpTestClient:
         """The GET stream of a legacy session (server-initiated notifications)."""
         assert self._http is not None
         headers = self._headers("GET") | {"accept": "text/event-stream"}
-        async with self._http.stream("GET", self.url, headers=headers, timeout=None) as response:
-            if response.status_code != 200:
-                return
-            async for message in _sse_messages(response):
-                self._keep(message)
+        try:
+            async with self._http.stream("GET", self.url, headers=headers, timeout=None) as response:
+                self._listening.set()
+                if response.status_code != 200:
+                    return
+                async for message in _sse_messages(response):
+                    self._keep(message)
+        finally:
+            self._listening.set()  # refused or failed: nobody waits for it
 
     def _keep(self, message: dict[str, Any]) -> None:
         self._notes.append(message)

@@ -235,9 +235,11 @@ async def test_a_dying_backend_fails_calls_in_flight_and_is_reconnected() -> Non
     await r.backend.held_request("tools/call", 2)
     first.die("process exited with code 1")
     for call in calls:
-        answer = await finished(call)
-        assert answer["error"]["code"] == errors.BACKEND_UNAVAILABLE
-        assert "process exited with code 1" in answer["error"]["message"]
+        # The gateway's own failure is raised, like a call to a backend that is not connected.
+        with pytest.raises(jsonrpc.RpcError) as lost:
+            await finished(call)
+        assert lost.value.code == errors.BACKEND_UNAVAILABLE
+        assert "process exited with code 1" in lost.value.message
     await r.backend.until(lambda: len(r.handler.connected) == 2)
     assert r.handler.disconnected == ["process exited with code 1"]
     assert r.conn.state == "ready" and r.conn.restarts == 1
@@ -278,8 +280,9 @@ async def test_close_fails_what_is_in_flight_and_stops_reconnecting() -> None:
     call = asyncio.create_task(r.conn.request("tools/call", {"name": "a", "arguments": {}}))
     await r.backend.held_request("tools/call")
     await r.conn.close()
-    answer = await finished(call)
-    assert answer["error"]["code"] == errors.BACKEND_UNAVAILABLE
+    with pytest.raises(jsonrpc.RpcError) as lost:
+        await finished(call)
+    assert lost.value.code == errors.BACKEND_UNAVAILABLE
     assert r.conn.state == "closed"
     assert r.backend.carrier.closed.is_set()
     await asyncio.sleep(0.05)
