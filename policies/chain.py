@@ -78,6 +78,11 @@ class Policy(Protocol):
       members); absent or None means every dialect.
     - ``facts_key``: for a dispatch member fed only through ``Target.facts``, the key it reads; it is
       asked only when the target carries that key.
+    - ``methods``: for an admission member, the frozenset of methods it decides; it is not asked
+      about any other.
+    - ``idle``: for a dispatch member whose opinion depends on state that is usually empty (no
+      access entries, no backend draining), a no-argument callable that says it has nothing to
+      decide now; it is then skipped (a call costs far less than awaiting the member).
     """
 
     name: str
@@ -107,9 +112,11 @@ class PolicyChain:
         self.policies = tuple(policies)
         admission = [p for p in self.policies if p.stage == "admission"]
         # Per dialect, the admission members that decide its events (the enum is small and fixed).
-        self._admission = {d: tuple(p for p in admission if _decides(p, d)) for d in Dialect}
+        self._admission = {
+            d: tuple((p, getattr(p, "methods", None)) for p in admission if _decides(p, d)) for d in Dialect
+        }
         self._dispatch = tuple(
-            (p, getattr(p, "facts_key", None), getattr(p, "dialects", None))
+            (p, getattr(p, "facts_key", None), getattr(p, "dialects", None), getattr(p, "idle", None))
             for p in self.policies
             if p.stage == "dispatch"
         )
@@ -117,7 +124,9 @@ class PolicyChain:
         self._visibility = tuple(p for p in self.policies if isinstance(p, Visibility))
 
     async def admit(self, event: Event, principal: Principal) -> Decision:
-        for policy in self._admission[event.dialect]:
+        for policy, methods in self._admission[event.dialect]:
+            if methods is not None and event.method not in methods:
+                continue  # a member that decides other methods only
             decision = await policy.check(event, principal, None)
             if decision is not None and not decision.allowed:
                 return decision
@@ -125,11 +134,13 @@ class PolicyChain:
 
     async def dispatch(self, event: Event, principal: Principal, target: Target) -> Decision:
         facts = target.facts
-        for policy, facts_key, dialects in self._dispatch:
+        for policy, facts_key, dialects, idle in self._dispatch:
             if facts_key is not None and (facts is None or facts_key not in facts):
                 continue  # fed only through facts this target does not carry: no opinion
             if dialects is not None and event.dialect not in dialects:
                 continue
+            if idle is not None and idle():
+                continue  # nothing to decide now (e.g. an empty access table)
             decision = await policy.check(event, principal, target)
             if decision is not None and not decision.allowed:
                 return decision

@@ -336,6 +336,10 @@ class MgpAccessPolicy:
     def __init__(self, table: AccessTable) -> None:
         self.table = table
 
+    def idle(self) -> bool:
+        """No entry anywhere and opt-out: nothing to decide (the chain skips the member)."""
+        return self.table.open_to_all
+
     def visible(self, action: str, principal: Principal, target: Target | None) -> bool:
         if target is None or target.name is None or not action.startswith(_CALL_PREFIX) or self.table.open_to_all:
             return True
@@ -385,6 +389,7 @@ class MgpAccessAdminPolicy:
 
     name = "mgp.access_admin"
     stage: Stage = "admission"
+    methods = ADMIN_METHODS  # the chain asks about these only
 
     async def check(self, event: Event, principal: Principal, target: Target | None) -> Decision | None:
         method = event.method

@@ -34,6 +34,8 @@ class DrainingBackends(Protocol):
 
     def draining(self, backend: str) -> bool: ...
 
+    def any_draining(self) -> bool: ...
+
 
 class MgpLifecyclePolicy:
     """Refuses a ``tools/call`` to a draining backend with ``SERVER_DRAINING`` (dispatch)."""
@@ -43,6 +45,10 @@ class MgpLifecyclePolicy:
 
     def __init__(self, backends: DrainingBackends) -> None:
         self._backends = backends
+
+    def idle(self) -> bool:
+        """No backend drains: nothing to decide (the chain skips the member)."""
+        return not self._backends.any_draining()
 
     async def check(self, event: Event, principal: Principal, target: Target | None) -> Decision | None:
         if target is None or event.method != "tools/call" or not self._backends.draining(target.backend):

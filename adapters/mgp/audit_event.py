@@ -49,7 +49,8 @@ _REVERSE_DOMAIN = re.compile(r"[a-z][a-z0-9-]*(\.[a-z0-9_-]+){2,}")
 def trace_id_of(message: Mapping[str, Any]) -> str | None:
     """The trace id a client put on its request (§6.5; OTel ``traceparent`` in ``_meta``), or None."""
     params = message.get("params")
-    params = params if isinstance(params, dict) else {}
+    if not isinstance(params, dict) or not ("trace_id" in params or "_mgp" in params or "_meta" in params):
+        return str(message["trace_id"]) if _valid(message.get("trace_id")) else None  # the common case
     for candidate in (params.get("trace_id"), message.get("trace_id")):
         if _valid(candidate):
             return str(candidate)

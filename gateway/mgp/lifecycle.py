@@ -108,6 +108,7 @@ class Lifecycle:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._lives: dict[str, _Life] = {}
+        self._draining: set[str] = set()  # kept with every move: the chain asks on every call
         self._listeners: list[Callable[[Transition], None]] = []
         self.started_at = clock()
 
@@ -135,6 +136,9 @@ class Lifecycle:
         """Whether new calls to ``backend`` are refused (``policies.mgp_lifecycle.DrainingBackends``)."""
         life = self._lives.get(backend)
         return life is not None and life.state == "draining"
+
+    def any_draining(self) -> bool:
+        return bool(self._draining)
 
     def stopped(self, backend: str) -> bool:
         """Whether an operator drained ``backend`` (it is or will be ``disconnected`` for good)."""
@@ -213,6 +217,7 @@ class Lifecycle:
             return
         self._move(backend, "disconnected", reason)
         del self._lives[backend]
+        self._draining.discard(backend)
 
     # ---- the gateway itself ----------------------------------------------------------------------
 
@@ -236,6 +241,10 @@ class Lifecycle:
         now = self._clock()
         transition = Transition(server_id, life.state, new, reason, now)
         life.state, life.since, life.reason = new, now, reason
+        if new == "draining":
+            self._draining.add(server_id)
+        else:
+            self._draining.discard(server_id)
         log.info("MGP lifecycle: %s %s -> %s (%s)", server_id, transition.previous_state, new, reason)
         for listener in self._listeners:
             try:

@@ -112,6 +112,11 @@ class Forwarder:
         if session.codec.asks_mid_request:
             # A dual-era backend serves a legacy client in its own era (gateway/upstreams/affinity.py).
             conn = await self._affinity.for_legacy_client(conn)
+            if stream is None:  # the common case, without the layers below (every await costs)
+                response = await call_backend(session, event.rpc_id, conn, method, params, call.channel)
+                if conn.era == "modern":
+                    response = await self._eras.fulfil_input_requests(call, conn, params, response)
+                return Routed(finish(session, event.rpc_id, backend, method, response), backend)
         if stream is None:
             return Routed(await self._answer(call, conn, backend, method, params), backend)
         assert self._streams is not None  # only it makes streams

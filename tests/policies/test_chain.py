@@ -298,3 +298,26 @@ async def test_the_chain_skips_members_that_cannot_have_an_opinion() -> None:
     assert fed.asked == 0, "fed only through facts it was not given"
     await chain.dispatch(mcp, principal, Target("b", facts={"fed": object()}))
     assert fed.asked == 1
+
+
+async def test_the_chain_skips_a_member_while_it_says_it_is_idle() -> None:
+    state = {"idle": True}
+    gated = _Asked("gated", "dispatch", idle=lambda: state["idle"])
+    chain = PolicyChain([gated])  # type: ignore[list-item]
+    principal = Principal("p", CapabilitySet(["*"]))
+    await chain.dispatch(event(Kind.REQUEST), principal, Target("b"))
+    assert gated.asked == 0, "idle: nothing to decide, not awaited"
+    state["idle"] = False
+    await chain.dispatch(event(Kind.REQUEST), principal, Target("b"))
+    assert gated.asked == 1
+
+
+async def test_the_chain_asks_a_member_about_its_methods_only() -> None:
+    admin = _Asked("admin", "admission", methods=frozenset({"mgp/access/grant"}))
+    chain = PolicyChain([admin])  # type: ignore[list-item]
+    principal = Principal("p", CapabilitySet(["*"]))
+    await chain.admit(event(Kind.REQUEST), principal)
+    assert admin.asked == 0
+    grant = Event(kind=Kind.REQUEST, method="mgp/access/grant", payload={}, context=None)
+    await chain.admit(grant, principal)
+    assert admin.asked == 1

@@ -410,3 +410,9 @@ def test_the_table_reads_the_config_section() -> None:
     assert table.allows("alice", "files", "read")
     assert table.resolve("alice", "files", "delete").source == "tool_grant"
     assert not table.allows("alice", "files", "delete") and not table.allows("bob", "files", "read")
+
+
+def test_the_chain_skips_the_access_member_while_the_table_is_open_to_all() -> None:
+    assert MgpAccessPolicy(AccessTable()).idle()
+    assert not MgpAccessPolicy(AccessTable([{"agent_id": "a", "server_id": "s", "permission": "deny"}])).idle()
+    assert not MgpAccessPolicy(AccessTable(default="opt-in")).idle()

@@ -30,6 +30,9 @@ class Draining:
     def draining(self, backend: str) -> bool:
         return backend in self.backends
 
+    def any_draining(self) -> bool:
+        return bool(self.backends)
+
 
 async def test_a_call_to_a_draining_backend_is_refused_as_server_draining() -> None:
     policy = MgpLifecyclePolicy(Draining("old"))
@@ -59,3 +62,8 @@ async def test_the_chain_follows_the_lifecycle_as_it_changes() -> None:
     lifecycle.end_drain("b", "operator_request")
     # Shut down: no longer draining (the closed connection refuses calls itself: backend unavailable).
     assert (await chain.dispatch(event, EVERYONE, target)).allowed
+
+
+def test_the_chain_skips_the_member_while_no_backend_drains() -> None:
+    assert MgpLifecyclePolicy(Draining()).idle()
+    assert not MgpLifecyclePolicy(Draining("old")).idle()
