@@ -102,6 +102,9 @@ def derived_state(conn: ConnectionFacts) -> str:
     return "connecting" if conn.connected_at is None and conn.last_error is None else "restarting"
 
 
+_UNSEEN = _Life()
+
+
 class Lifecycle:
     """The state machine of every backend (by name) and of the gateway (:data:`GATEWAY_ID`)."""
 
@@ -123,14 +126,19 @@ class Lifecycle:
     # ---- reading ---------------------------------------------------------------------------------
 
     def state(self, server_id: str) -> str:
-        return self._life(server_id).state
+        return self._peek(server_id).state
 
     def since(self, server_id: str) -> float:
         """When ``server_id`` entered its state (epoch seconds)."""
-        return self._life(server_id).since
+        return self._peek(server_id).since
 
     def reason(self, server_id: str) -> str:
-        return self._life(server_id).reason
+        return self._peek(server_id).reason
+
+    def _peek(self, server_id: str) -> _Life:
+        """A backend's life for reading: one never seen reads as ``registered`` and is not created
+        (a read must not make a name that never was, e.g. after deregistration)."""
+        return self._lives.get(server_id) or _UNSEEN
 
     def draining(self, backend: str) -> bool:
         """Whether new calls to ``backend`` are refused (``policies.mgp_lifecycle.DrainingBackends``)."""

@@ -400,3 +400,13 @@ def test_a_backend_told_gone_while_still_connected_stays_disconnected() -> None:
     assert (life.state("b"), life.reason("b")) == ("disconnected", "deregistered")
     life.on_state(conn, "ready", "")  # registered again: a new life
     assert life.state("b") == "connected"
+
+
+def test_reading_a_backend_never_seen_does_not_create_it() -> None:
+    life = Lifecycle()
+    assert life.state("ghost") == "registered" and not life.draining("ghost")
+    life.forget("ghost", "deregistered")  # forgetting a name that never was: nothing to tell
+    seen: list[object] = []
+    life.on_transition(seen.append)
+    life.forget("ghost", "deregistered")
+    assert seen == [], "the read made no life for the name"
