@@ -2,6 +2,8 @@
 
 Admin calls carry ``Authorization: Bearer <auth.admin_token>``; without an admin token in config
 there is no admin API (every call is 404). Changes to principals apply to live sessions at once.
+MGP: permission requests waiting for an operator (§3, ``interactive``) and backends registered at
+runtime (§15: ``/admin/mgp/servers``, the same registry as ``mgp/discovery/register``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from gateway import jsonrpc
 from gateway.config import PrincipalConfig
+from gateway.errors import MgpCode
 from gateway.transports.http_common import base_url
 from policies.auth import bearer_token
 
@@ -26,9 +30,18 @@ if TYPE_CHECKING:
     from gateway.federation import BackendCatalog
     from gateway.mcpl import McplRelay
     from gateway.mgp.kernel import Kernel
+    from gateway.mgp.registry import Registry
     from gateway.sessions import SessionStore
     from policies.auth import PrincipalRegistry
     from policies.pinning import PinStore
+
+
+# A refused registration as an HTTP status (the method answers the same refusals as JSON-RPC errors).
+_REGISTRY_STATUS = {
+    int(MgpCode.SERVER_ALREADY_REGISTERED): 409,
+    int(MgpCode.PERMISSION_DENIED): 403,
+    jsonrpc.INVALID_PARAMS: 400,
+}
 
 
 def error_response(status: int, message: str) -> Response:
@@ -48,6 +61,7 @@ class AdminApi:
         pins: PinStore,
         catalogs: Mapping[str, BackendCatalog],
         mgp: Kernel,
+        registry: Registry,
     ) -> None:
         self._auth = auth  # asked on every call: a config reload replaces it
         self._principals = principals
@@ -58,6 +72,7 @@ class AdminApi:
         self._pins = pins
         self._catalogs = catalogs
         self._mgp = mgp
+        self._registry = registry
 
     def routes(self) -> list[Route]:
         return [
@@ -72,6 +87,9 @@ class AdminApi:
             Route("/admin/pins/{backend}/{tool}/approve", self.approve_pin, methods=["POST"]),
             Route("/admin/mgp/permissions", self.mgp_permissions, methods=["GET"]),
             Route("/admin/mgp/permissions/{request_id}", self.answer_mgp_permissions, methods=["POST"]),
+            Route("/admin/mgp/servers", self.mgp_servers, methods=["GET"]),
+            Route("/admin/mgp/servers", self.register_mgp_server, methods=["POST"]),
+            Route("/admin/mgp/servers/{server_id}", self.deregister_mgp_server, methods=["DELETE"]),
         ]
 
     async def resource_metadata(self, request: Request) -> Response:
@@ -219,3 +237,41 @@ class AdminApi:
             return error_response(400, str(exc))
         self._audit.record("mgp_permissions", principal="admin", action="mgp/permission/grant", grants=params["grants"])
         return JSONResponse(params)
+
+    # ---- MGP §15: backends registered at runtime, with the admin token ------------------------------
+
+    async def mgp_servers(self, request: Request) -> Response:
+        """Every backend (from config and registered at runtime), with its own tools."""
+        if (refused := self._authorized(request)) is not None:
+            return refused
+        return JSONResponse({"servers": [await self._registry.describe(name) for name in self._catalogs]})
+
+    async def register_mgp_server(self, request: Request) -> Response:
+        """``mgp/discovery/register`` for operators: the body is its §15.4 params."""
+        if (refused := self._authorized(request)) is not None:
+            return refused
+        try:
+            body = await self._json(request)
+            if not isinstance(body, dict):
+                raise ValueError("the body must be the registration object (§15.4)")
+            _, record = await self._registry.add_server(body, "admin")
+        except ValueError as exc:
+            return error_response(400, str(exc))
+        except jsonrpc.RpcError as exc:
+            return error_response(_REGISTRY_STATUS.get(exc.code, 400), exc.message)
+        return JSONResponse(await self._registry.describe(record.name), status_code=201)
+
+    async def deregister_mgp_server(self, request: Request) -> Response:
+        if (refused := self._authorized(request)) is not None:
+            return refused
+        server_id = request.path_params["server_id"]
+        if not self._registry.is_runtime(server_id):
+            if server_id in self._catalogs:
+                return error_response(409, f"{server_id!r} comes from the configuration file: remove it there")
+            return error_response(404, f"no server registered at runtime is named {server_id!r}")
+        reason = request.query_params.get("reason")
+        try:
+            result = await self._registry.remove_server({"id": server_id, "reason": reason}, "admin")
+        except jsonrpc.RpcError as exc:  # deregistered meanwhile
+            return error_response(404, exc.message)
+        return JSONResponse(result)

@@ -141,6 +141,7 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
         pins=gw.pins,
         catalogs=gw.catalogs,
         mgp=gw.mgp.kernel,
+        registry=gw.mgp.registry,
     )
     routes = [
         *admin.routes(),

@@ -196,7 +196,37 @@ class Registry:
     # ---- register -------------------------------------------------------------------------------
 
     async def register(self, call: Call) -> Routed:
-        params = _parse(RegisterParams, call.params)
+        conn, record = await self.add_server(call.params, call.principal.name)
+        tools = (await self._visible_tools(call.session.view, call.principal)).get(record.name, [])
+        facet = call.session.mgp
+        entry = self._entry(record.name, conn, tools, facet.version if facet is not None else None)
+        entry.update(registered=True, registered_by=record.registered_by)
+        if conn.last_error is not None and conn.state != "ready":
+            entry["error"] = conn.last_error
+        return Routed(jsonrpc.result(call.rpc_id, entry))
+
+    async def describe(self, name: str) -> dict[str, Any] | None:
+        """One backend's entry as an operator sees it (the admin API: its own tool names, no view)."""
+        conn = self._connections.get(name)
+        if conn is None:
+            return None
+        tools = [
+            t["name"]
+            for t in await self._catalog.of_backend(name, "tools")
+            if isinstance(t.get("name"), str) and not names.is_reserved_tool_name(t["name"])
+        ]
+        entry = self._entry(name, conn, tools, None)
+        record = self._runtime.get(name)
+        if record is not None:
+            entry["registered_by"] = record.registered_by
+        if conn.last_error is not None and conn.state != "ready":
+            entry["error"] = conn.last_error
+        return entry
+
+    async def add_server(self, raw: Mapping[str, Any], registered_by: str) -> tuple[BackendConnection, RuntimeBackend]:
+        """Register and connect a backend from §15.4 params (the method, and the admin API with the
+        admin token); raises RpcError for params the gateway refuses."""
+        params = _parse(RegisterParams, raw)
         name = params.id
         if not BACKEND_NAME.fullmatch(name):
             raise jsonrpc.RpcError(
@@ -215,7 +245,7 @@ class Registry:
         record = RuntimeBackend(
             name=name,
             trust_level=trust,
-            registered_by=call.principal.name,
+            registered_by=registered_by,
             created_by=params.created_by,
             justification=params.justification,
             declared=tuple(params.mgp.extensions),
@@ -231,20 +261,14 @@ class Registry:
         await conn.wait_settled(config.connect_timeout_s)  # the first attempt, either way: reported
         self._audit.record(
             "backend_registered",
-            principal=call.principal.name,
+            principal=registered_by,
             backend=name,
             transport=config.transport,
             trust_level=trust,
             created_by=params.created_by,
             justification=params.justification,
         )
-        tools = (await self._visible_tools(call.session.view, call.principal)).get(name, [])
-        facet = call.session.mgp
-        entry = self._entry(name, conn, tools, facet.version if facet is not None else None)
-        entry.update(registered=True, registered_by=record.registered_by)
-        if conn.last_error is not None and conn.state != "ready":
-            entry["error"] = conn.last_error
-        return Routed(jsonrpc.result(call.rpc_id, entry))
+        return conn, record
 
     def _backend_config(self, params: RegisterParams) -> BackendConfig:
         transport = _TRANSPORTS.get(params.transport)
@@ -278,8 +302,12 @@ class Registry:
     # ---- deregister -----------------------------------------------------------------------------
 
     async def deregister(self, call: Call) -> Routed:
-        name = call.params.get("id")
-        reason = call.params.get("reason")
+        return Routed(jsonrpc.result(call.rpc_id, await self.remove_server(call.params, call.principal.name)))
+
+    async def remove_server(self, params: Mapping[str, Any], by: str) -> dict[str, Any]:
+        """Deregister a backend registered at runtime (the method, and the admin API); raises RpcError."""
+        name = params.get("id")
+        reason = params.get("reason")
         if not isinstance(name, str) or not name:
             raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "params.id must be a non-empty string")
         if reason is not None and not isinstance(reason, str):
@@ -294,11 +322,11 @@ class Registry:
             raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, f"no server registered at runtime is named {name!r}")
         record = self._runtime.pop(name)  # at once: a second deregistration finds nothing
         await self._remove(name, DRAIN_S)
-        self._audit.record("backend_deregistered", principal=call.principal.name, backend=name, reason=reason or None)
-        result = {"id": name, "deregistered": True, "registered_by": record.registered_by}
+        self._audit.record("backend_deregistered", principal=by, backend=name, reason=reason or None)
+        result: dict[str, Any] = {"id": name, "deregistered": True, "registered_by": record.registered_by}
         if reason:
             result["reason"] = reason
-        return Routed(jsonrpc.result(call.rpc_id, result))
+        return result
 
 
 def _filter(params: Mapping[str, Any]) -> tuple[str, frozenset[str], frozenset[str]]:

@@ -128,6 +128,17 @@ class Catalog:
         self._metrics.name_collisions.labels(view.name, kind).set(len(merged.collisions))
         return merged
 
+    async def of_backend(self, name: str, kind: ListKind) -> list[dict[str, Any]]:
+        """One ready backend's own list (cached like every list; empty when it is not ready or fails)."""
+        conn = self._connections.get(name)
+        if conn is None or conn.state != "ready" or CAPABILITY_OF[kind] not in conn.capabilities:
+            return []
+        try:
+            return await self._one(name, kind)
+        except (jsonrpc.RpcError, ConnectionError) as exc:
+            log.warning("backend %s: listing %s failed: %s", name, kind, exc)
+            return []
+
     async def _one(self, name: str, kind: ListKind) -> list[dict[str, Any]]:
         conn = self._connections[name]
 
