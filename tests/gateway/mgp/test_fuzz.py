@@ -20,7 +20,7 @@ from gateway.core import Gateway
 from gateway.mgp.server import tool_of_method
 from policies.patterns import CapabilitySet
 from policies.principal import Principal
-from tests.gateway.mgp.demo_gateway import ECHO, ask, mgp_session_of, rpc, started
+from tests.gateway.mgp.demo_gateway import ECHO, ask, mgp_session_of, rpc, session_of, started
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -95,3 +95,24 @@ async def test_every_operation_answers_hostile_params_with_a_result_or_a_clear_e
     # Still serving after all of it.
     assert "result" in await ask(gateway, session, rpc("tools/call", ECHO, rpc_id + 1))
     assert gateway.connections["demo"].state == "ready"
+
+
+async def test_hostile_mgp_news_from_a_backend_is_absorbed(gateway: Gateway, caplog: pytest.LogCaptureFixture) -> None:
+    """A backend that sends garbage MGP notifications (every method the gateway takes, random params):
+    no handler fails (nothing logged as an exception), a plain client hears nothing of it, and calls
+    go on."""
+    plain = await session_of(gateway)
+    mgp, _ = await mgp_session_of(gateway)
+    conn = gateway.connections["demo"]
+    rng = random.Random(21)
+    methods = [names.STREAM_CHUNK, names.STREAM_PROGRESS, names.EVENT, names.LIFECYCLE, names.CALLBACK_REQUEST]
+    before = plain.standalone.last_seq
+    for _ in range(400):
+        message = {"jsonrpc": "2.0", "method": rng.choice(methods), "params": params_for(rng)}
+        assert gateway.mgp.news.notification(conn, message)
+    await asyncio.sleep(0.05)
+    assert not [r for r in caplog.records if r.exc_info], "a handler raised"
+    async with asyncio.timeout(5):
+        heard = [m for _, m in await plain.standalone.read(before)] if plain.standalone.last_seq > before else []
+    assert not [m for m in heard if str(m.get("method", "")).startswith("notifications/mgp.")]
+    assert "result" in await ask(gateway, mgp, rpc("tools/call", ECHO, 1))
