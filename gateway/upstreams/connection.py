@@ -15,9 +15,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from adapters import mcp_modern, mcpl
@@ -27,6 +25,8 @@ from gateway.config import Backend as BackendConfig
 from gateway.upstreams.base import Carrier, CarrierClosed
 from gateway.upstreams.handshake import GATEWAY_CLIENT_CAPABILITIES, BackendKernel, Era, Handshake
 from gateway.upstreams.listen import ListenOwner, ListenStream
+from gateway.upstreams.pending import MISSING, Pending as Pending, PendingTable
+from gateway.upstreams.restarts import RestartBudget
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,6 @@ _GLOBAL_NOTIFICATIONS = frozenset(
     }
 )
 _STABLE_AFTER_S = 10.0
-_MISSING: Any = object()
 
 State = Literal["connecting", "ready", "down", "closed"]
 
@@ -66,20 +65,6 @@ class ConnectionHandler(Protocol):
     def on_disconnected(self, conn: BackendConnection, reason: str) -> None: ...
     def on_server_request(self, conn: BackendConnection, message: dict[str, Any], owner: CallOwner | None) -> None: ...
     def on_notification(self, conn: BackendConnection, message: dict[str, Any]) -> None: ...
-
-
-@dataclass(slots=True, eq=False)
-class Pending:
-    upstream_id: int
-    message: dict[str, Any]
-    future: asyncio.Future[dict[str, Any]]
-    owner: CallOwner | None
-    client_token: Any = _MISSING
-    started: float = field(default_factory=time.monotonic)
-    # The task blocked in the carrier's send (request/response carriers): interrupted on cancel.
-    task: asyncio.Task[Any] | None = None
-    interrupted: bool = False
-    lost: str | None = None  # the connection went away before the answer: why
 
 
 class BackendConnection:
@@ -105,7 +90,7 @@ class BackendConnection:
         self._handler = handler
         self._client_info = client_info
         self._carrier: Carrier | None = None
-        self._pending: dict[Any, Pending] = {}
+        self._pending = PendingTable(name)
         self._ids = itertools.count(1)
         self._ready = asyncio.Event()
         self._settled = asyncio.Event()  # the first connect attempt ended, either way
@@ -116,10 +101,8 @@ class BackendConnection:
         self.last_error: str | None = None
         self.init_result: dict[str, Any] = {}
         self.restarts = 0
-        # MGP §11.6: when the restarts within restart.window_s went past restart.max_restarts, the
-        # supervisor stopped for good: the backend stays down (lifecycle state "error").
-        self.gave_up = False
-        self._restart_times: deque[float] = deque()
+        # MGP §11.6: restarts within restart.window_s are limited to restart.max_restarts.
+        self._restarts = RestartBudget(config.restart)
         self.connected_at: float | None = None
         self.era: Era = "legacy"
         # Tool input schemas by name, for the modern era's Mcp-Param-* headers (kept by the router).
@@ -150,6 +133,11 @@ class BackendConnection:
         return self.config.transport == "http"
 
     @property
+    def gave_up(self) -> bool:
+        """The restart budget is spent: the supervisor stopped for good (lifecycle state "error")."""
+        return self._restarts.gave_up
+
+    @property
     def first_attempt_pending(self) -> bool:
         """Still on its very first connect attempt: worth a short wait right after start, unlike a
         backend that already failed (which must fail fast)."""
@@ -161,7 +149,7 @@ class BackendConnection:
 
     def owners_inflight(self) -> list[CallOwner]:
         """Owners of calls in flight, oldest first (used to attribute unrelated server requests)."""
-        return [p.owner for p in self._pending.values() if p.owner is not None]
+        return self._pending.owners()
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -214,8 +202,8 @@ class BackendConnection:
             except Exception as exc:
                 reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 switching = self._handshake.use_sse and isinstance(exc, ConnectionError) and "HTTP+SSE" in str(exc)
-                retry = switching or self._may_restart()
-                await self._went_down(carrier, f"connect failed: {reason}{self._gave_up_note()}")
+                retry = switching or self._restarts.allow()
+                await self._went_down(carrier, f"connect failed: {reason}{self._restarts.note()}")
                 if not switching:
                     self._settled.set()
                 if switching:
@@ -229,8 +217,8 @@ class BackendConnection:
             if self._closing:
                 return
             stayed = time.monotonic() - (self.connected_at or 0)
-            retry = self._may_restart()  # decided first, so that listeners of the loss know
-            await self._went_down(carrier, reason + self._gave_up_note())
+            retry = self._restarts.allow()  # decided first, so that listeners of the loss know
+            await self._went_down(carrier, reason + self._restarts.note())
             if not retry:
                 return
             self.restarts += 1
@@ -238,27 +226,6 @@ class BackendConnection:
                 backoff = self.config.restart.initial_backoff_s
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, self.config.restart.max_backoff_s)
-
-    def _may_restart(self) -> bool:
-        """MGP §11.6: one more restart, unless ``max_restarts`` were already made within ``window_s``
-        (then :attr:`gave_up` is set and the supervisor ends)."""
-        limit = self.config.restart.max_restarts
-        if limit is None:
-            return True
-        now = time.monotonic()
-        while self._restart_times and now - self._restart_times[0] > self.config.restart.window_s:
-            self._restart_times.popleft()
-        if len(self._restart_times) >= limit:
-            self.gave_up = True
-            return False
-        self._restart_times.append(now)
-        return True
-
-    def _gave_up_note(self) -> str:
-        if not self.gave_up:
-            return ""
-        restart = self.config.restart
-        return f" (restart_limit_exceeded: {restart.max_restarts} restarts within {restart.window_s:g}s)"
 
     async def _went_down(self, carrier: Carrier, reason: str) -> None:
         self._listen.stop()
@@ -331,18 +298,14 @@ class BackendConnection:
             self._listen.refilter()
 
     def _fail_all(self, reason: str) -> None:
-        pending, self._pending = self._pending, {}
-        for p in pending.values():
-            if not p.future.done():
-                p.lost = reason
-                p.future.set_result(jsonrpc.error(p.upstream_id, jsonrpc.BACKEND_UNAVAILABLE, reason))
+        self._pending.fail_all(reason)
 
     # ---- outbound ----------------------------------------------------------------------------
 
     def begin(self, method: str, params: dict[str, Any] | None, owner: CallOwner | None) -> Pending:
         """Allocate an upstream id (and progress token) for a request; it is sent by :meth:`call`."""
         upstream_id = next(self._ids)
-        client_token = _MISSING
+        client_token = MISSING
         if params is not None:
             meta = params.get("_meta")
             if isinstance(meta, dict) and "progressToken" in meta:
@@ -361,13 +324,13 @@ class BackendConnection:
         message = jsonrpc.request(upstream_id, method, params)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         pending = Pending(upstream_id, message, future, owner, client_token)
-        self._pending[upstream_id] = pending
+        self._pending.add(pending)
         return pending
 
     async def call(self, pending: Pending, timeout: float | None = None) -> dict[str, Any]:
         """Send a begun request and wait for its response message (result or error, never raises for those)."""
         if not self._ready.is_set():
-            self._pending.pop(pending.upstream_id, None)
+            self._pending.drop(pending)
             raise jsonrpc.RpcError(
                 jsonrpc.BACKEND_UNAVAILABLE,
                 f"backend {self.name} is unavailable: {self.last_error or self.state}",
@@ -413,7 +376,7 @@ class BackendConnection:
                 jsonrpc.BACKEND_TIMEOUT, f"backend {self.name} did not answer within {timeout:g}s"
             ) from None
         except CarrierClosed as exc:
-            self._pending.pop(pending.upstream_id, None)
+            self._pending.drop(pending)
             raise jsonrpc.RpcError(jsonrpc.BACKEND_UNAVAILABLE, f"backend {self.name} is unavailable: {exc}") from None
         except asyncio.CancelledError:
             self._abandon(pending, "cancelled by the client")
@@ -421,9 +384,9 @@ class BackendConnection:
 
     def _abandon(self, pending: Pending, reason: str) -> None:
         if self.era == "modern" and self._http:
-            self._pending.pop(pending.upstream_id, None)  # the stream closing is the cancellation
+            self._pending.drop(pending)  # the stream closing is the cancellation
             return
-        if self._pending.pop(pending.upstream_id, None) is not None and self._ready.is_set():
+        if self._pending.drop(pending) and self._ready.is_set():
             self.spawn(self.notify("notifications/cancelled", {"requestId": pending.upstream_id, "reason": reason}))
 
     def cancel(self, pending: Pending, reason: str | None) -> None:
@@ -435,7 +398,7 @@ class BackendConnection:
         params: dict[str, Any] = {"requestId": pending.upstream_id}
         if reason:
             params["reason"] = reason
-        if self._pending.pop(pending.upstream_id, None) is not None and not (self.era == "modern" and self._http):
+        if self._pending.drop(pending) and not (self.era == "modern" and self._http):
             self.spawn(self.notify("notifications/cancelled", params))
         if not pending.future.done():
             pending.future.set_result(
@@ -478,33 +441,17 @@ class BackendConnection:
     def _inbound(self, message: dict[str, Any], related: Any) -> None:
         method = message.get("method")
         if method is None:
-            rpc_id = message.get("id")
-            if rpc_id is not None and not jsonrpc.names_a_request(rpc_id):
-                # An id that is an array or object can match no request of ours (and cannot be looked up):
-                # dropped here, or the TypeError would end the carrier's reader, i.e. the whole connection.
-                log.warning("backend %s answered with an id that is no string or number: %.200r", self.name, rpc_id)
-                return
-            pending = self._pending.pop(rpc_id, None)
-            if pending is None and isinstance(rpc_id, str) and rpc_id.isascii() and rpc_id.isdigit():
-                pending = self._pending.pop(int(rpc_id), None)  # a backend that stringified our id
-            if pending is None and isinstance(message.get("error"), dict) and self._probe is not None:
-                # Servers that refuse the probe before any session exists answer with an id of
-                # their own ("server-error") or null: that answer is to the probe all the same.
-                pending = self._pending.pop(self._probe.upstream_id, None)
-            if pending is not None and not pending.future.done():
-                pending.future.set_result(message)
-            elif pending is None:
-                log.debug("backend %s answered unknown id %r", self.name, rpc_id)
+            self._pending.answered(message, self._probe)
             return
         if not isinstance(method, str):
             log.warning("backend %s sent a message whose method is no string: %.200r", self.name, method)
             return
-        owner = self._owner_of(related)
+        owner = self._pending.owner_of(related)
         if "id" in message:
             self._handler.on_server_request(self, message, owner)
             return
         if method == "notifications/progress":
-            self._progress(message)
+            self._pending.progress(message)
             return
         if owner is None and method == "notifications/message":
             owner = self._log_owner()
@@ -522,19 +469,3 @@ class BackendConnection:
         if len(owners) == 1 or (owners and self.era == "modern"):
             return owners[-1]
         return None
-
-    def _owner_of(self, related: Any) -> CallOwner | None:
-        if related is None:
-            return None
-        pending = self._pending.get(related)
-        return pending.owner if pending is not None else None
-
-    def _progress(self, message: dict[str, Any]) -> None:
-        params = message.get("params")
-        if not isinstance(params, dict):
-            return
-        token = params.get("progressToken")
-        pending = self._pending.get(token) if jsonrpc.names_a_request(token) else None
-        if pending is None or pending.owner is None or pending.client_token is _MISSING:
-            return  # progress for a call that ended, or one the gateway made itself
-        pending.owner.deliver({**message, "params": {**params, "progressToken": pending.client_token}})
