@@ -55,8 +55,9 @@ class ListenAdmission:
         self._subscriptions = subscriptions
         self._router = router  # for its audit records
 
-    async def _admit(self, session: ClientSession, principal: Principal, method: str, params: dict[str, Any]) -> Any:
-        """None if allowed, else the denial (audited either way)."""
+    async def decide(self, session: ClientSession, principal: Principal, method: str, params: dict[str, Any]) -> Any:
+        """A request the door answers itself, held to the chain's admission: None if allowed, else the
+        denial (audited)."""
         message = jsonrpc.request(None, method, params)
         event = mcp_adapter.decode(message, jsonrpc.Shape.REQUEST, session=session.id, principal=principal.name)
         started = time.perf_counter()
@@ -73,14 +74,14 @@ class ListenAdmission:
         wanted = params.get("notifications")
         if not isinstance(wanted, dict):
             raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "params.notifications must be an object")
-        denied = await self._admit(session, principal, "subscriptions/listen", params)
+        denied = await self.decide(session, principal, "subscriptions/listen", params)
         if denied is not None:
             raise jsonrpc.RpcError(denied.code, denied.reason, denied.data)
         grant = ListenGrant()
         for key, (list_method, notification) in LIST_FILTERS.items():
             if wanted.get(key) is not True:
                 continue
-            denied = await self._admit(session, principal, list_method, {})
+            denied = await self.decide(session, principal, list_method, {})
             if denied is not None:
                 grant.refused.append({key: True, "code": denied.code, "message": denied.reason})
                 continue
@@ -105,7 +106,7 @@ class ListenAdmission:
         return grant
 
     async def _subscribe(self, session: ClientSession, principal: Principal, uri: str) -> dict[str, Any] | None:
-        denied = await self._admit(session, principal, "resources/subscribe", {"uri": uri})
+        denied = await self.decide(session, principal, "resources/subscribe", {"uri": uri})
         if denied is not None:
             return {"code": denied.code, "message": denied.reason}
         try:

@@ -125,6 +125,12 @@ class ModernExchange:
             return
         session = self._session(view, credentials, envelope)
         if method == "server/discover":
+            # The modern era's initialize: held to the same capability (mcp/request:initialize).
+            denied = await self._listen_admission.decide(session, session.principal, "initialize", {})
+            if denied is not None:
+                status = http_status_of(jsonrpc.error(rpc_id, denied.code, denied.reason), modern=True)
+                await send_rpc_error(send, status, denied.code, denied.reason, rpc_id, data=denied.data)
+                return
             result = self.discover(view, envelope.capabilities)
             await send_bytes(send, 200, jsonrpc.dumps(jsonrpc.result(rpc_id, result)))
             return

@@ -18,7 +18,15 @@ import pytest
 from adapters import mcp_modern
 from gateway import errors
 from gateway.core import Gateway
-from tests.gateway.transports.modern_door_support import BODY_LIMIT, META, VERSION, assert_error, headers_for, rpc
+from tests.gateway.transports.modern_door_support import (
+    BODY_LIMIT,
+    META,
+    VERSION,
+    assert_error,
+    client_for,
+    headers_for,
+    rpc,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -314,3 +322,27 @@ async def test_a_wrong_content_type_is_415(door: httpx.AsyncClient) -> None:
         "/mcp", headers=headers_for("tools/list", **{"content-type": "text/plain"}), json=rpc("tools/list")
     )
     assert answer.status_code == 415
+
+
+async def test_server_discover_is_held_to_the_initialize_capability() -> None:
+    """``server/discover`` is the 2026-07-28 era's ``initialize``: one capability for both eras."""
+    config = {
+        "auth": {"admin_token": "admin-secret"},
+        "principals": {
+            "lister": {"tokens": ["lister-token"], "capabilities": ["mcp/request:tools/*"]},
+            "client": {"tokens": ["client-token"], "capabilities": ["mcp/request:initialize", "mcp/request:tools/*"]},
+        },
+    }
+    async for door, _ in client_for(config):
+        refused = await door.post(
+            "/mcp",
+            headers=headers_for("server/discover", authorization="Bearer lister-token"),
+            json=rpc("server/discover"),
+        )
+        assert "error" in refused.json() and "initialize" in refused.json()["error"]["message"]
+        allowed = await door.post(
+            "/mcp",
+            headers=headers_for("server/discover", authorization="Bearer client-token"),
+            json=rpc("server/discover"),
+        )
+        assert "result" in allowed.json(), allowed.text
