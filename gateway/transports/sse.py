@@ -183,17 +183,42 @@ class LegacySseDoor:
         except ClientGone:
             return
         try:
-            message = jsonrpc.loads(body)
-            shape = jsonrpc.classify(message)
+            parsed = jsonrpc.loads(body)
+            messages = self._batch(parsed) if isinstance(parsed, list) else [parsed]
+            shapes = [jsonrpc.classify(message) for message in messages] if len(messages) == 1 else None
         except jsonrpc.RpcError as exc:
             # The error also goes on the stream, where a legacy client looks for answers.
             session.standalone.push(jsonrpc.error_from(None, exc))
             await send_rpc_error(send, 400, exc.code, exc.message)
             return
         await send_bytes(send, 202, b"Accepted", content_type="text/plain")
-        task = asyncio.create_task(self._handle(session, message, shape, principal))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        for index, message in enumerate(messages):
+            if shapes is not None:
+                shape = shapes[index]
+            else:
+                try:  # a batch member that is no message is answered alone; the others go on
+                    shape = jsonrpc.classify(message)
+                except jsonrpc.RpcError as exc:
+                    rpc_id = message.get("id") if isinstance(message, dict) else None
+                    session.standalone.push(
+                        jsonrpc.error_from(rpc_id if jsonrpc.names_a_request(rpc_id) else None, exc)
+                    )
+                    continue
+            task = asyncio.create_task(self._handle(session, message, shape, principal))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _batch(self, batch: list[Any]) -> list[Any]:
+        """A JSON-RPC batch (clients of 2025-03-26 may send them): its members are handled one by
+        one, each answered on the stream; bounded like everything a session has in flight."""
+        if not batch:
+            raise jsonrpc.RpcError(jsonrpc.INVALID_REQUEST, "Invalid Request: empty batch")
+        if len(batch) > self._limits.max_inflight_per_session:
+            limit = self._limits.max_inflight_per_session
+            raise jsonrpc.RpcError(jsonrpc.INVALID_REQUEST, f"Invalid Request: batch over {limit} items")
+        if any(isinstance(m, dict) and m.get("method") == "initialize" for m in batch):
+            raise jsonrpc.RpcError(jsonrpc.INVALID_REQUEST, "Invalid Request: initialize cannot be batched")
+        return batch
 
     async def _handle(
         self, session: ClientSession, message: dict[str, Any], shape: jsonrpc.Shape, principal: Principal

@@ -542,3 +542,30 @@ async def test_a_session_is_bound_to_the_principal_that_opened_it(
     assert anonymous.status_code == 401
     assert stream.no_event_pending(), "refused messages are not handled"
     await stream.disconnect()
+
+
+async def test_a_batch_is_answered_member_by_member_on_the_stream(
+    setup: tuple[Any, Gateway, httpx.AsyncClient],
+) -> None:
+    """Clients of 2025-03-26 may batch: every member gets its answer on the stream, a broken member
+    its own error, and the others go on."""
+    app, _, client = setup
+    stream, endpoint = await open_stream(app)
+    await handshake(client, stream, endpoint)
+    batch = [
+        {"jsonrpc": "2.0", "id": "a", "method": "ping"},
+        {"jsonrpc": "2.0", "id": "b", "method": "tools/list"},
+        {"jsonrpc": "2.0", "id": "c"},
+        {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"},
+    ]
+    answer = await client.post(endpoint, json=batch, headers={"content-type": "application/json"})
+    assert answer.status_code == 202, answer.text
+    got = {}
+    for _ in range(3):
+        message = await stream.next_message()
+        got[message["id"]] = message
+    assert got["a"]["result"] == {} and "tools" in got["b"]["result"]
+    assert got["c"]["error"]["code"] == errors.INVALID_REQUEST
+    init = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}]
+    assert (await client.post(endpoint, json=init, headers={"content-type": "application/json"})).status_code == 400
+    await stream.disconnect()
