@@ -15,10 +15,12 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/switchboard run $(ARGS)
 
-# The conformance suite and Node 22 come from npm into .cache/; Redis tests need a real
-# redis-server, installed from Debian's packages when missing (CI runs as root).
-test-deps:
+# The conformance suite and Node 22 come from npm into .cache/; the mcpc library (with mcp 1.6) from
+# PyPI into .cache/mcpc-venv; Redis tests need a real redis-server, installed from Debian's packages
+# when missing (CI runs as root).
+test-deps: $(STAMP)
 	bash tests/conformance/install.sh
+	$(BIN)/python -m tests.mcpc_peers.venv
 	@command -v redis-server >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) >/dev/null; } || \
 		echo "warning: redis-server could not be installed; the Redis bus tests will be skipped"

@@ -13,6 +13,7 @@ from gateway.bus import Bus, MemoryBus
 from gateway.bus.redis import RedisBus
 from tests.conformance.conftest import start_fixture_server
 from tests.conformance.runner import ConformanceError, ensure_installed
+from tests.mcpc_peers.venv import mcpc_python as mcpc_python  # the mcpc library's own virtualenv
 from tests.support import redis_server
 
 

@@ -1,18 +1,21 @@
-"""MCPC (asynchronous task callbacks): detection and facets.
+"""MCPC detection on events: which calls are handshakes and which carry task metadata.
 
-MCPC has no capability of its own on the wire: a client shows itself by calling the handshake tool
+MCPC has no capability of its own on the wire: a client shows itself by calling a handshake tool
 (``_mcpc_init``, ``_is_mcpc_enabled``, ``is_mcpc_enabled``) and by per-call metadata in tool
-arguments (``mcpc_params`` in 0.2.5+, ``_metadata`` before, as the ``mcpc`` library of each version sends them).
+arguments (``mcpc_params`` in 0.2.5+, ``_metadata`` before), so :func:`speaks` is always False and
+:func:`annotate` marks single ``tools/call`` events with ``facets["mcpc"]``:
+``{"handshake": True}`` or ``{"session_id", "task_id"}`` (see ``metadata``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from adapters.mcpc.handshake import HANDSHAKE_TOOLS
+from adapters.mcpc.metadata import read_metadata
 from gateway.events import Dialect, Event
 
 DIALECT = Dialect.MCPC
-HANDSHAKE_TOOLS = frozenset({"_mcpc_init", "_is_mcpc_enabled", "is_mcpc_enabled"})
 
 
 def speaks(initialize_params: dict[str, Any]) -> bool:
@@ -20,13 +23,9 @@ def speaks(initialize_params: dict[str, Any]) -> bool:
 
 
 def task_info(arguments: dict[str, Any]) -> dict[str, Any] | None:
-    params = arguments.get("mcpc_params")
-    if isinstance(params, dict):
-        return {"session_id": params.get("session_id"), "task_id": params.get("task_id")}
-    legacy = arguments.get("_metadata")
-    if isinstance(legacy, dict) and ("mcpc_task_id" in legacy or "mcpc_session_id" in legacy):
-        return {"session_id": legacy.get("mcpc_session_id"), "task_id": legacy.get("mcpc_task_id")}
-    return None
+    """``{"session_id", "task_id"}`` of a call's MCPC metadata (either form), or None."""
+    ref = read_metadata(arguments)
+    return None if ref is None else {"session_id": ref.session_id, "task_id": ref.task_id}
 
 
 def annotate(event: Event) -> None:
