@@ -16,7 +16,7 @@ run: $(STAMP)
 	$(BIN)/switchboard run $(ARGS)
 
 # The conformance suite and Node 22 come from npm into .cache/; the mcpc library (with mcp 1.6) from
-# PyPI into .cache/mcpc-venv; Redis tests need a real redis-server, installed from Debian's packages
+# PyPI into .cache/peers/mcpc; Redis tests need a real redis-server, installed from Debian's packages
 # when missing (CI runs as root).
 test-deps: $(STAMP)
 	bash tests/conformance/install.sh

@@ -144,7 +144,7 @@ class Gateway:
             sessions=self.sessions,
             metrics=self.metrics,
             connect=self._new_connection,
-            lost=lambda conn, reason: self._backend_events.on_disconnected(conn, reason),
+            lost=self._backend_lost,
         )
         # MGP (gateway/mgp/assembly.py): the kernel of every backend, one MGP server toward clients.
         self.mgp = assemble_mgp(
@@ -161,7 +161,7 @@ class Gateway:
             catalogs=self.catalogs,
             add_backend=self.runtime.add,
             remove_backend=self.runtime.remove,
-            backend_lost=lambda conn, reason: self._backend_events.on_disconnected(conn, reason),
+            backend_lost=self._backend_lost,
         )
         self.client_messages = ClientMessages(self.connections, self.subscriptions, self.mcpl, self.mgp.streams)
         # Legacy-era twins of dual-era backends, opened on first need (the handler is made below).
@@ -234,6 +234,10 @@ class Gateway:
             else None,
             kernel=self.mgp.kernel,
         )
+
+    def _backend_lost(self, conn: BackendConnection, reason: str) -> None:
+        """A backend leaves on purpose (deregistered, drained): clients hear it as a lost backend."""
+        self._backend_events.on_disconnected(conn, reason)
 
     def _legacy_twin(self, primary: BackendConnection) -> BackendConnection:
         """A legacy-era connection to ``primary``'s backend, for its legacy clients (gateway/upstreams/affinity.py).

@@ -122,6 +122,9 @@ class AccessStore(Protocol):
     def entries(self) -> list[AccessEntry]:
         """Every runtime entry (for an admin listing)."""
 
+    def __len__(self) -> int:
+        """How many runtime entries there are (asked on every call: no list is built)."""
+
 
 class MemoryAccessStore:
     """The embedded :class:`AccessStore`: one replica, a dict."""
@@ -140,6 +143,9 @@ class MemoryAccessStore:
 
     def entries(self) -> list[AccessEntry]:
         return list(self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +250,7 @@ class AccessTable:
     def open_to_all(self) -> bool:
         """No entry anywhere and ``opt-out``: every agent may call every tool (the common case, so the
         chain's member answers it without resolving)."""
-        return self.default == "opt-out" and not self._static and not self.store.entries()
+        return self.default == "opt-out" and not self._static and not len(self.store)
 
     # ---- the wire: mgp/access/query|grant|revoke and the mgp.access.* kernel tools ----------------
 

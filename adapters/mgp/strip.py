@@ -74,14 +74,7 @@ def strip_tools(tools: Any) -> Any:
     """A ``tools`` list without kernel tools and without each tool's MGP fields."""
     if not isinstance(tools, list):
         return tools
-    return [
-        strip_tool(tool)
-        for tool in tools
-        if not (
-            isinstance(tool, dict)
-            and (names.is_reserved_tool_name(tool.get("name")) or names.is_kernel_tool_entry(tool))
-        )
-    ]
+    return [strip_tool(tool) for tool in without_reserved(tools)]
 
 
 def without_reserved(tools: list[Any]) -> list[Any]:

@@ -74,6 +74,9 @@ class BusAccessStore:
     def entries(self) -> list[AccessEntry]:
         return list(self._entries.values())
 
+    def __len__(self) -> int:
+        return len(self._entries)
+
     async def put(self, entry: AccessEntry) -> None:
         await self._append(_encode("put", entry, entry.key))
 

@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from adapters.mgp import security
 from gateway.mgp.access_methods import AccessMethods
 from gateway.mgp.audit_stream import AuditStream
 from gateway.mgp.callbacks import Callbacks
@@ -60,10 +59,6 @@ class Mgp:
     discovery: DiscoveryService
     streams: Streams
     registry: Registry
-
-    def trust_of(self, backend: str) -> str:
-        """The trust level a backend is held to (config, or its registration: §2.3, §15)."""
-        return security.effective_trust(self.registry.trust_of(backend))
 
     def backend_removed(self, conn: BackendConnection) -> None:
         """``RuntimeBackends.on_removed`` (§15 deregistration; the connection is closed, still under
@@ -110,7 +105,7 @@ def assemble(
     news = MgpNews()
 
     def trust_of(backend: str) -> str:
-        return security.effective_trust(registry.trust_of(backend))
+        return registry.trust_level(backend)  # the registry is made below; asked only later
 
     server = MgpServer(chain=chain, tool_facts=tools, trust_of=trust_of)
     server.add(AccessMethods(access, access_changed).handlers())  # §5.4

@@ -134,6 +134,10 @@ class Registry:
         found = self._runtime.get(backend)
         return found.trust_level if found is not None else None
 
+    def trust_level(self, backend: str) -> str:
+        """The trust level ``backend`` is held to (§2.3, §4.6): as set, else the default."""
+        return security.effective_trust(self.trust_of(backend))
+
     def is_runtime(self, backend: str) -> bool:
         return backend in self._runtime
 
@@ -176,7 +180,7 @@ class Registry:
             entry["permissions_required"] = list(record.permissions_required)
         entry["tools"] = tools
         entry["tool_count"] = len(tools)
-        entry["trust_level"] = security.effective_trust(self.trust_of(name))
+        entry["trust_level"] = self.trust_level(name)
         entry["source"] = "runtime" if name in self._runtime else "config"
         return entry
 

@@ -109,37 +109,23 @@ class Forwarder:
                 params, stream = self._streams.prepare(call, backend, method, params)
         elif params is not None and "_mgp" in params:
             params = mgp_strip.strip({"params": params})["params"]  # a plain client did not negotiate MGP
+        sink = stream.sink if stream is not None else None
         if session.codec.asks_mid_request:
             # A dual-era backend serves a legacy client in its own era (gateway/upstreams/affinity.py).
             conn = await self._affinity.for_legacy_client(conn)
-            if stream is None:  # the common case, without the layers below (every await costs)
-                response = await call_backend(session, event.rpc_id, conn, method, params, call.channel)
-                if conn.era == "modern":
-                    response = await self._eras.fulfil_input_requests(call, conn, params, response)
-                return Routed(finish(session, event.rpc_id, backend, method, response), backend)
+            answer = self._legacy(call, conn, backend, method, params, sink)
+        else:
+            # A modern client's call goes through the era bridge (its exchange answers on an SSE
+            # stream as soon as something, such as an MGP chunk, precedes the result).
+            answer = self._eras.for_modern_client(call, backend, conn, params, sink)
         if stream is None:
-            return Routed(await self._answer(call, conn, backend, method, params), backend)
+            return Routed(await answer, backend)
         assert self._streams is not None  # only it makes streams
         try:
-            answer = await self._answer(call, conn, backend, method, params, stream.sink)
+            response = await answer
         finally:
             self._streams.end(stream)
-        return Routed(self._streams.complete(stream, answer), backend)
-
-    async def _answer(
-        self,
-        call: Call,
-        conn: BackendConnection,
-        backend: str,
-        method: str,
-        params: dict[str, Any] | None,
-        sink: CallSink | None = None,
-    ) -> dict[str, Any]:
-        """The call in the client's era: a modern client's goes through the era bridge (its exchange
-        answers on an SSE stream as soon as something, such as an MGP chunk, precedes the result)."""
-        if not call.session.codec.asks_mid_request:
-            return await self._eras.for_modern_client(call, backend, conn, params, sink)
-        return await self._legacy(call, conn, backend, method, params, sink)
+        return Routed(self._streams.complete(stream, response), backend)
 
     async def _legacy(
         self,

@@ -29,6 +29,7 @@ _OFFLINE_SIGNS = (
     "Could not fetch URL",
     "No matching distribution found",
     "Network is unreachable",
+    "Connection refused",
 )
 
 
@@ -40,15 +41,34 @@ class PeerUnavailable(Exception):
         self.offline = offline
 
 
-def sdk_python(name: str, requirements: tuple[str, ...], timeout_s: float = 600.0) -> Path:
-    """The python of virtualenv ``.cache/peers/NAME`` holding ``requirements``, built if needed."""
+def sdk_python(
+    name: str,
+    requirements: tuple[str, ...],
+    timeout_s: float = 600.0,
+    *,
+    pip_flags: tuple[str, ...] = (),
+    import_check: str | None = None,
+    base_python: str = sys.executable,
+) -> Path:
+    """The python of virtualenv ``.cache/peers/NAME`` holding ``requirements``, built if needed.
+
+    ``import_check``: code the virtualenv's python must run for it to count as usable (checked on
+    reuse too); ``pip_flags`` go to ``pip install``; ``base_python`` makes the virtualenv."""
     root = PEERS / name
     python = root / "bin" / "python"
     marker = root / "requirements.txt"
     wanted = "\n".join(requirements) + "\n"
 
     def usable() -> bool:
-        return python.exists() and marker.exists() and marker.read_text() == wanted
+        if not (python.exists() and marker.exists() and marker.read_text() == wanted):
+            return False
+        if import_check is None:
+            return True
+        try:
+            proc = subprocess.run([str(python), "-c", import_check], capture_output=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return proc.returncode == 0
 
     if usable():
         return python
@@ -58,10 +78,19 @@ def sdk_python(name: str, requirements: tuple[str, ...], timeout_s: float = 600.
         if usable():
             return python
         shutil.rmtree(root, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, timeout=120)
+        subprocess.run([base_python, "-m", "venv", str(root)], check=True, timeout=120)
         try:
             proc = subprocess.run(
-                [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *requirements],
+                [
+                    str(python),
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    *pip_flags,
+                    *requirements,
+                ],
                 capture_output=True,
                 text=True,
                 timeout=timeout_s,
@@ -73,4 +102,6 @@ def sdk_python(name: str, requirements: tuple[str, ...], timeout_s: float = 600.
             offline = any(sign in output for sign in _OFFLINE_SIGNS)
             raise PeerUnavailable(f"pip install {' '.join(requirements)} failed:\n{output}", offline)
         marker.write_text(wanted)
+        if not usable():
+            raise PeerUnavailable(f"{root} was built but fails its check: {import_check}", False)
     return python

@@ -2,9 +2,9 @@
 1.6's ``ClientSession``): a CLI that prints what it sees as JSON lines, for tests to drive. Runs only
 under the library's environment (``tests/mcpc_peers/venv.py``)::
 
-    .cache/mcpc-venv/bin/python tests/mcpc_peers/client.py --stdio CMD [ARG ...] \\
+    .cache/peers/mcpc/bin/python tests/mcpc_peers/client.py --stdio CMD [ARG ...] \\
         --call slow_task '{"steps": 2}' [--call sync_echo '{"text": "x"}' ...] [--session S] [--list]
-    .cache/mcpc-venv/bin/python tests/mcpc_peers/client.py --sse http://HOST:PORT/sse --call ...
+    .cache/peers/mcpc/bin/python tests/mcpc_peers/client.py --sse http://HOST:PORT/sse --call ...
 
 SDK 1.6 has the stdio and HTTP+SSE (legacy) transports; its Streamable HTTP client came later.
 ``--stdio`` takes the rest of the command line up to the first option of this CLI (``--call``,

@@ -1,7 +1,7 @@
 """An MCPC server built with the real ``mcpc`` 0.2.6 library: ``MCPCHelper`` on SDK 1.6's low-level
 server, over stdio. Runs only under the library's environment (``tests/mcpc_peers/venv.py``)::
 
-    .cache/mcpc-venv/bin/python tests/mcpc_peers/server.py [--name N] [--show-plumbing]
+    .cache/peers/mcpc/bin/python tests/mcpc_peers/server.py [--name N] [--show-plumbing]
 
 Tools:
 

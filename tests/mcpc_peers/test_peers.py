@@ -25,7 +25,7 @@ from adapters import mcpc
 from adapters.mcpc.message import message_from_dict
 from tests.mcpc_peers.raw import RawPeer
 
-pytestmark = pytest.mark.timeout(60)  # the first run may build .cache/mcpc-venv (the fixture has its own bound)
+pytestmark = pytest.mark.timeout(60)  # the first run may build .cache/peers/mcpc (the fixture has its own bound)
 
 HERE = Path(__file__).resolve().parent
 SERVER = HERE / "server.py"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from adapters.mgp import extensions
 from gateway import jsonrpc
 from gateway.config import Config
 from gateway.core import Gateway
@@ -50,21 +51,7 @@ async def ask(gw: Gateway, session: ClientSession, message: dict[str, Any], **kw
     return answer
 
 
-ALL_EXTENSIONS = [
-    "permissions",
-    "tool_security",
-    "access_control",
-    "audit",
-    "code_safety",
-    "lifecycle",
-    "streaming",
-    "progress",
-    "callbacks",
-    "events",
-    "discovery",
-    "tool_discovery",
-    "error_handling",
-]
+ALL_EXTENSIONS = list(extensions.DRAFT_EXTENSIONS)  # every extension the draft names
 
 
 async def mgp_session_of(
