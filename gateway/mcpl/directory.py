@@ -78,6 +78,21 @@ class McplDirectory:
             )
         return found
 
+    def gateway_enabled(self, session: ClientSession, backend: str) -> frozenset[str]:
+        """The feature sets the gateway declares for ``backend`` (``RelayState.gateway_sets``) that
+        ``session`` enabled and the operator allows its principal: the same two questions as
+        ``effective`` asks of the backend's own sets, kept apart so that the backend never hears of them."""
+        declared = self._state.gateway_declared(backend)
+        if session.mcpl is None or not declared:
+            return frozenset()
+        rules = self.operator_rules(session.principal.name)
+        selection = session.mcpl.selection
+        return frozenset(
+            name
+            for name in declared
+            if selection.is_enabled(exposed(session.view, backend, name)) and rules.allows(backend, name)
+        )
+
     def can_enable(self, backend: str, feature_set: str, sessions: list[ClientSession] | None = None) -> bool:
         """Whether some host of ``backend`` (``sessions``, default: all of them) could enable it: the
         operator allows it that host's principal, or any principal when there is no host."""
@@ -88,10 +103,14 @@ class McplDirectory:
         return any(self.operator_rules(s.principal.name).allows(backend, feature_set) for s in sessions)
 
     def declared_for(self, view: View) -> dict[str, dict[str, Any]]:
-        """Every feature set of the view's MCPL backends under the names its hosts see."""
+        """Every feature set of the view's backends under the names its hosts see: those the MCPL
+        backends declared, then those the gateway declares for a backend (a backend's own wins a name)."""
         out: dict[str, dict[str, Any]] = {}
         for name in view.backends:
             for fs, decl in self._state.backend(name).feature_sets.items():
+                out.setdefault(exposed(view, name, fs), decl)
+        for name in view.backends:
+            for fs, decl in self._state.gateway_declared(name).items():
                 out.setdefault(exposed(view, name, fs), decl)
         return out
 

@@ -3,7 +3,7 @@ record of each decision, and how a message is put to the policy chain (its event
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import adapters
@@ -12,7 +12,7 @@ from gateway import jsonrpc
 from gateway.audit import AuditLog
 from gateway.channels import Channel
 from gateway.events import Dialect, Event, Kind
-from gateway.mcpl.state import RelayState
+from gateway.mcpl.state import RelayState, exposed
 from gateway.metrics import Metrics
 from gateway.routing.call import CallSink
 from gateway.sessions import ClientSession
@@ -68,6 +68,21 @@ def host_message(session: ClientSession, method: str, params: dict[str, Any], re
     )
 
 
+def announce_feature_sets(
+    sessions: Iterable[ClientSession], backend: str, added: Mapping[str, Any], removed: Iterable[str]
+) -> None:
+    """Tell each host session (``featureSets/changed``, §6.7) that ``backend``'s feature sets came or
+    went, in the names that session sees."""
+    gone = list(removed)
+    for session in sessions:
+        params: dict[str, Any] = {}
+        if added:
+            params["added"] = {exposed(session.view, backend, n): d for n, d in added.items()}
+        if gone:
+            params["removed"] = [exposed(session.view, backend, n) for n in gone]
+        session.standalone.push(jsonrpc.notification("featureSets/changed", params))
+
+
 class McplAudit:
     """One audit record (and one counted decision) per MCPL decision."""
 
@@ -107,6 +122,10 @@ class Peers:
 
     def connection(self, backend: str) -> BackendConnection:
         return self._connections[backend]
+
+    def find(self, backend: str) -> BackendConnection | None:
+        """The backend's connection, if the gateway has one by that name."""
+        return self._connections.get(backend)
 
     async def call_backend(
         self, backend: str, method: str, params: dict[str, Any], timeout: float | None = None

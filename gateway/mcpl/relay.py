@@ -6,9 +6,10 @@ principal), and every message it initiates is checked and delivered per session:
 only the sessions that have its feature set enabled. Decisions are made by the policy chain
 (``policies.feature_sets``, ``policies.scopes``, ``policies.scope_elevation``,
 ``policies.channel_access``, ``policies.hook_answers``, ``policies.hook_inference``); this module
-and its parts (state.py, directory.py, plumbing.py, server_requests.py, channels.py, hooks.py)
-gather their inputs as facts, route, and record every decision in the audit stream. Every request a
-backend sends gets an answer, an error when no host can give one.
+and its parts (state.py, directory.py, plumbing.py, server_requests.py, channels.py, hooks.py,
+mcpc_push.py) gather their inputs as facts, route, and record every decision in the audit stream.
+Every request a backend sends gets an answer, an error when no host can give one. An MCPC backend's
+messages reach hosts as pushes under a feature set ``mcpc`` the gateway declares for it (mcpc_push.py).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from gateway.federation import View
 from gateway.mcpl.channels import ChannelRouter
 from gateway.mcpl.directory import McplDirectory
 from gateway.mcpl.hooks import HookFanout
-from gateway.mcpl.plumbing import McplAudit, Peers
+from gateway.mcpl.mcpc_push import McpcPush
+from gateway.mcpl.plumbing import McplAudit, Peers, announce_feature_sets
 from gateway.mcpl.server_requests import ServerRequests
 from gateway.mcpl.state import BackendMcpl, McplSession, RelayState, exposed
 from gateway.metrics import Metrics
@@ -78,6 +80,7 @@ class McplRelay:
         self._requests = ServerRequests(state, self._dir, self._peers, chain, self._audit, bus, metrics)
         self._channels = ChannelRouter(state, self._dir, self._peers, chain, self._audit, self._requests.check_tag)
         self._hooks = HookFanout(state, self._dir, self._peers, chain, self._audit, metrics, self._channels.params_for)
+        self._mcpc = McpcPush(state, self._dir, self._peers, chain, self._audit, metrics)
 
     def reconfigure(self, config: Mcpl) -> None:
         """The ``mcpl`` section or the principals changed (a reload, the admin API): what the operator
@@ -92,6 +95,8 @@ class McplRelay:
 
     def host_capabilities(self, view: View) -> dict[str, Any]:
         caps = [self._state.backend(b).caps for b in self._dir.mcpl_backends(view)]
+        if any(self._state.gateway_declared(b) for b in view.backends):
+            caps.append({"pushEvents": True})  # the gateway's own sets (mcpc_push.py) only push events
         return mcpl.host_capabilities(self._dir.declared_for(view), caps)
 
     def on_initialize(self, session: ClientSession, params: dict[str, Any], result: dict[str, Any]) -> None:
@@ -196,13 +201,21 @@ class McplRelay:
             self._channels.announce(conn.name, removed=gone)
 
     def _announce_feature_sets(self, backend: str, added: dict[str, Any], removed: list[str]) -> None:
-        for session in self._dir.sessions_of(backend):
-            params: dict[str, Any] = {}
-            if added:
-                params["added"] = {exposed(session.view, backend, n): d for n, d in added.items()}
-            if removed:
-                params["removed"] = [exposed(session.view, backend, n) for n in removed]
-            session.standalone.push(jsonrpc.notification("featureSets/changed", params))
+        announce_feature_sets(self._dir.sessions_of(backend), backend, added, removed)
+
+    # ==================================================================== MCPC (mcpc_push.py)
+
+    def mcpc_backend(self, backend: str, speaks: bool) -> None:
+        """Whether ``backend`` speaks MCPC: while it does, hosts see (and may enable) its ``mcpc``
+        feature set, which the backend itself never hears of."""
+        self._mcpc.declare(backend, speaks)
+
+    async def push_mcpc(
+        self, backend: str, event_id: str, payload: dict[str, Any], sessions: Iterable[ClientSession]
+    ) -> int:
+        """One MCPC message as ``push/event`` to those of ``sessions`` with that set enabled (and
+        allowed); how many hosts accepted it. Never raises."""
+        return await self._mcpc.push(backend, event_id, payload, sessions)
 
     # ============================================================================ host -> relay
 
@@ -282,8 +295,13 @@ class McplRelay:
 
     def receipt(self, session: ClientSession) -> dict[str, Any]:
         """What a 0.5 host's ``featureSets/update`` request is answered: the effective result."""
+        directory = self._dir
         enabled = sorted(
-            exposed(session.view, b, fs) for b in session.view.backends for fs in self._dir.effective(session, b)
+            {
+                exposed(session.view, b, fs)
+                for b in session.view.backends
+                for fs in directory.effective(session, b) | directory.gateway_enabled(session, b)
+            }
         )
         return {"enabled": enabled, "disabled": sorted(set(self._dir.declared_for(session.view)) - set(enabled))}
 

@@ -148,9 +148,16 @@ class RelayState:
     last_model: dict[str, Any] | None = None
     operator_cache: dict[str | None, OperatorRules] = field(default_factory=dict)
     effective_cache: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    # Feature sets the gateway itself declares under a backend's name (MCPC's ``mcpc``, see
+    # mcpc_push.py), by backend then own name: shown to hosts like the backend's, never told to it.
+    gateway_sets: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def backend(self, name: str) -> BackendMcpl:
         return self.backends.get(name) or BackendMcpl({})
+
+    def gateway_declared(self, name: str) -> dict[str, dict[str, Any]]:
+        """The feature sets the gateway declares for backend ``name`` (empty: none)."""
+        return self.gateway_sets.get(name, {})
 
     def is_mcpl(self, name: str) -> bool:
         found = self.backends.get(name)
