@@ -26,6 +26,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from gateway.config_base import StrictModel as _Model
+from gateway.config_mcpc import Mcpc as Mcpc
 from gateway.config_mgp import Mgp as Mgp
 
 # Backend names appear inside tool names (NAME__tool) and resource URI schemes (NAME+file://...),
@@ -104,6 +105,11 @@ class Backend(_Model):
     timeout_s: float = Field(300.0, gt=0, description="Longest a single request to this backend may take.")
     connect_timeout_s: float = Field(15.0, gt=0, description="Longest the connect + initialize may take.")
     restart: Restart = Field(default_factory=Restart)
+    mcpc: Literal["auto", "off"] = Field(
+        "auto",
+        description="auto: after every connect, ask the backend the MCPC handshake under each version's name; "
+        "off: never (its tools are ordinary, MCPC messages in its results still are read).",
+    )
 
     @field_validator("url")
     @classmethod
@@ -370,6 +376,7 @@ class Config(_Model):
     mcpx: Mcpx = Field(default_factory=Mcpx)
     mcpl: Mcpl = Field(default_factory=Mcpl)
     mgp: Mgp = Field(default_factory=Mgp, description="MGP: the gateway as kernel toward backends (issue 12).")
+    mcpc: Mcpc = Field(default_factory=Mcpc, description="MCPC: asynchronous task callbacks (issue 13).")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info")
 
     @model_validator(mode="after")

@@ -16,6 +16,7 @@ from gateway.bus import Bus, make_bus
 from gateway.config import Backend as BackendConfig, Config
 from gateway.eras import EraBridge
 from gateway.federation import BackendCatalog, Namer, View
+from gateway.mcpc import Mcpc
 from gateway.mcpl import McplRelay
 from gateway.mcpx.bridge import BackendParticipants
 from gateway.mcpx.hub import TopicHub
@@ -163,7 +164,19 @@ class Gateway:
             remove_backend=self.runtime.remove,
             backend_lost=self._backend_lost,
         )
-        self.client_messages = ClientMessages(self.connections, self.subscriptions, self.mcpl, self.mgp.streams)
+        # MCPC (gateway/mcpc/): detection on connect, the task table, callbacks, translation both ways.
+        self.mcpc = Mcpc(
+            config.mcpc,
+            sessions=self.sessions,
+            chain=self.chain,
+            audit=self.audit,
+            metrics=self.metrics,
+            push_mcpc=self.mcpl.push_mcpc,
+            speaks_changed=self.mcpl.mcpc_backend,
+        )
+        self.client_messages = ClientMessages(
+            self.connections, self.subscriptions, self.mcpl, self.mgp.streams, self.mcpc.calls
+        )
         # Legacy-era twins of dual-era backends, opened on first need (the handler is made below).
         self.affinity = EraAffinity(self._legacy_twin, config.limits.startup_wait_s)
         # A deregistered backend (MGP §15): MGP's kernel, lifecycle and news forget it; its legacy twin closes.
@@ -179,12 +192,14 @@ class Gateway:
                 EraBridge(self.parking, config.limits),
                 self.affinity,
                 streams=self.mgp.streams,
+                mcpc=self.mcpc.calls,
             ),
             client_messages=self.client_messages,
             levels=levels,
             mcpl=self.mcpl,
             tool_facts=self.mgp.tools.for_call,
             mgp=self.mgp.server,
+            mcpc=self.mcpc.calls,
             sessions=self.sessions,
             identity=self.server_identity,
             audit=self.audit,
@@ -201,6 +216,7 @@ class Gateway:
             self.metrics,
             config.limits,
             self.mgp.news,
+            self.mcpc,
         )
         self._twin_events = TwinEvents(backend_events)
         self._client_info = {"name": "switchboard", "version": __version__}
@@ -218,6 +234,7 @@ class Gateway:
             views=self.single,
             chain=self.chain,
             audit=self.audit,
+            mcpc=self.mcpc.calls,
         )
 
     def _new_connection(self, name: str, cfg: BackendConfig) -> BackendConnection:
@@ -268,6 +285,7 @@ class Gateway:
 
     async def stop(self) -> None:
         await self.mgp.stop()  # MGP clients are told of the shutdown while still connected
+        await self.mcpc.stop()
         self.parking.close()
         await self.topic_backends.stop()
         await self.sessions.stop()
@@ -397,6 +415,7 @@ class Gateway:
         self.client_messages.session_ended(session)
         self.mcpl.session_ended(session)
         self.mgp.server.session_ended(session)
+        self.mcpc.session_ended(session)
 
     # ---- identity ----------------------------------------------------------------------------
 

@@ -99,6 +99,26 @@ class Metrics:
             ["hook", "reason"],
             registry=r,
         )
+        # MCPC (gateway/mcpc/): tasks the gateway keeps, whoever runs them (a backend or the gateway).
+        self.mcpc_tasks_started = Counter(
+            "switchboard_mcpc_tasks_started_total", "MCPC tasks started, by backend.", ["backend"], registry=r
+        )
+        self.mcpc_tasks_finished = Counter(
+            "switchboard_mcpc_tasks_finished_total",
+            "MCPC tasks ended, by backend and outcome (completed, failed, expired, lost, dropped).",
+            ["backend", "outcome"],
+            registry=r,
+        )
+        self.mcpc_tasks_running = Gauge(
+            "switchboard_mcpc_tasks_running", "MCPC tasks running, by backend.", ["backend"], registry=r
+        )
+        self.mcpc_messages = Counter(
+            "switchboard_mcpc_messages_total",
+            "MCPC messages from backends, by kind (task, server_event) and outcome (relayed, unknown, too_large, "
+            "denied).",
+            ["kind", "outcome"],
+            registry=r,
+        )
         self.mcpl_hook_seconds = Histogram(
             "switchboard_mcpl_hook_seconds",
             "Time one backend took to answer a context hook.",

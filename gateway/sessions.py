@@ -25,6 +25,7 @@ from policies.principal import Principal
 
 if TYPE_CHECKING:
     from gateway.federation import View
+    from gateway.mcpc.client import McpcClient
     from gateway.mcpl.state import McplSession
     from gateway.mgp.client import MgpClient
     from gateway.upstreams.connection import BackendConnection, Pending
@@ -86,6 +87,8 @@ class ClientSession:
         self.mcpl: McplSession | None = None
         # What an MGP client negotiated with the gateway (None: it sees no MGP field; gateway/mgp/).
         self.mgp: MgpClient | None = None
+        # An MCPC client's handshake (None: its calls are held until their tasks end; gateway/mcpc/).
+        self.mcpc: McpcClient | None = None
         self._short = session_id[:8]
         self._stream_ids = itertools.count(1)
         self._out_ids = itertools.count(1)

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from gateway.audit import AuditLog
     from gateway.config import Mcpx
     from gateway.federation import BackendCatalog, View
+    from gateway.mcpc.calls import McpcCalls
     from gateway.mcpx.hub import TopicHub
     from gateway.routing.catalog import Catalog
     from gateway.upstreams.connection import BackendConnection
@@ -59,6 +60,7 @@ class BackendParticipants:
         views: Mapping[str, View],
         chain: PolicyChain,
         audit: AuditLog,
+        mcpc: McpcCalls | None = None,
     ) -> None:
         """``catalog`` merges a backend's tools through ``views`` (one single-backend view per
         name); ``catalogs`` are the backends' own, read for pinned definitions and list changes."""
@@ -71,6 +73,7 @@ class BackendParticipants:
         self._views = views
         self._chain = chain
         self._audit = audit
+        self._mcpc = mcpc  # an MCPC backend's task is held to its end (gateway/mcpc/calls.py)
         self._tasks: set[asyncio.Task[None]] = set()
         self._inflight: dict[tuple[str, str], int] = {}
 
@@ -182,8 +185,15 @@ class BackendParticipants:
                     )
                     self._answer(topic, name, envelope, error=(decision.code, decision.reason))
                     return
+            conn = self._connections[name]
+            # Progress and log lines of the call go to the requester, as MCP notification envelopes.
+            sink = _RequesterSink(self._topics, topic, name, envelope)
             try:
-                response = await self._connections[name].request(method, params if isinstance(params, dict) else None)
+                if method == "tools/call" and self._mcpc is not None and isinstance(params, dict):
+                    caller = f"mcpx:{topic}:{envelope.get('from')}"
+                    response = await self._mcpc.request(conn, params, sink, caller)
+                else:
+                    response = await conn.request(method, params if isinstance(params, dict) else None, sink)
             except jsonrpc.RpcError as exc:
                 self._answer(topic, name, envelope, error=(exc.code, exc.message))
                 return
@@ -231,3 +241,29 @@ class BackendParticipants:
         kind = "mcp/response:" + request["kind"].removeprefix("mcp/request:")
         response = mcpx.envelope(name, kind, body, to=recipients, correlation_id=request["id"])
         self._topics.route(topic, name, response)
+
+
+class _RequesterSink:
+    """Where a topic call's progress and log lines go: to the participant that asked, as
+    ``mcp/notification:METHOD`` envelopes from the backend correlated with the request."""
+
+    __slots__ = ("_backend", "_request", "_topic", "_topics", "session_id")
+
+    _RELAYED = frozenset({"notifications/progress", "notifications/message"})
+
+    def __init__(self, topics: TopicHub, topic: str, backend: str, request: dict[str, Any]) -> None:
+        self._topics = topics
+        self._topic = topic
+        self._backend = backend
+        self._request = request
+        self.session_id = f"mcpx:{topic}:{request.get('from')}"
+
+    def deliver(self, message: dict[str, Any]) -> None:
+        method = message.get("method")
+        topic = self._topics.get(self._topic)
+        if method not in self._RELAYED or topic is None:
+            return
+        kind = f"mcp/notification:{method}"
+        requester = str(self._request.get("from"))
+        note = mcpx.envelope(self._backend, kind, message, to=[requester], correlation_id=self._request.get("id"))
+        self._topics.route(topic, self._backend, note)

@@ -25,6 +25,7 @@ from gateway.sessions import ClientSession, Outgoing
 if TYPE_CHECKING:
     from gateway.channels import Channel
     from gateway.config import Limits
+    from gateway.mcpc import Mcpc
     from gateway.mcpl import McplRelay
     from gateway.metrics import Metrics
     from gateway.mgp.news import MgpNews
@@ -58,6 +59,7 @@ class BackendEvents:
         metrics: Metrics,
         limits: Limits,
         mgp: MgpNews,
+        mcpc: Mcpc,
     ) -> None:
         self._catalogs = catalogs
         self._sessions = sessions
@@ -67,6 +69,7 @@ class BackendEvents:
         self._metrics = metrics
         self._limits = limits
         self._mgp = mgp
+        self._mcpc = mcpc
 
     def _sessions_of(self, backend: str) -> list[ClientSession]:
         return [s for s in self._sessions if not s.closed and backend in s.view.backends]
@@ -84,6 +87,7 @@ class BackendEvents:
         self._subscriptions.backend_connected(conn)
         self._announce_list_changes(conn, initial=True)
         self._mgp.state(conn, "ready")
+        self._mcpc.on_connected(conn)  # the MCPC handshake, asked again on every connect
 
     def on_disconnected(self, conn: BackendConnection, reason: str) -> None:
         self._catalogs[conn.name].invalidate()
@@ -92,6 +96,10 @@ class BackendEvents:
         self.requests_lost(conn, reason)
         self._announce_list_changes(conn, initial=False)
         self._mgp.state(conn, "disconnected", reason)
+        self._mcpc.on_disconnected(conn, reason)  # its running tasks fail
+
+    def on_mcpc_callback(self, conn: BackendConnection, message: dict[str, Any]) -> None:
+        self._mcpc.on_callback(conn, message)
 
     def requests_lost(self, conn: BackendConnection, reason: str) -> None:
         """``conn`` went away: its requests still waiting for a client's answer are dropped, and

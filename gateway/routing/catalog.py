@@ -16,6 +16,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from adapters.mcpc import listing as mcpc_listing
 from adapters.mgp import strip as mgp_strip
 from gateway import jsonrpc
 from gateway.federation import CAPABILITY_OF, KEY_OF, BackendCatalog, ListKind, Merged, View
@@ -147,6 +148,10 @@ class Catalog:
             if "error" in response:
                 raise jsonrpc.RpcError.from_error(response["error"])
             result = response.get("result")
+            if method == "tools/list":
+                # MCPC's handshake tools and metadata argument are the gateway's business (issue 13):
+                # hidden once, in what is cached, from every list and every lookup.
+                result = mcpc_listing.hide_in_result(result)
             return result if isinstance(result, dict) else {}
 
         items = await self._catalogs[name].get(kind, fetch)

@@ -17,6 +17,7 @@ from gateway import jsonrpc
 
 if TYPE_CHECKING:
     from gateway.events import Event
+    from gateway.mcpc.calls import McpcCalls
     from gateway.mcpl import McplRelay
     from gateway.routing.subscriptions import Subscriptions
     from gateway.sessions import ClientSession
@@ -39,11 +40,13 @@ class ClientMessages:
         subscriptions: Subscriptions,
         mcpl: McplRelay,
         mgp: MgpClientNews,
+        mcpc: McpcCalls | None = None,
     ) -> None:
         self._connections = connections
         self._subscriptions = subscriptions
         self._mcpl = mcpl
         self._mgp = mgp
+        self._mcpc = mcpc
 
     async def notification(self, session: ClientSession, event: Event) -> None:
         method = event.method
@@ -58,6 +61,8 @@ class ClientMessages:
                 conn, pending = entry
                 reason = params.get("reason")
                 conn.cancel(pending, reason if isinstance(reason, str) else None)
+            elif self._mcpc is not None and jsonrpc.names_a_request(request_id):
+                self._mcpc.cancel(session, request_id)  # a call held open for its MCPC task
             return
         if method == "notifications/progress":
             return  # progress on a client's own work for a backend request: no backend tracks it

@@ -10,11 +10,14 @@ legacy-era connection (gateway/upstreams/affinity.py); requests for input that s
 are the era bridge's (gateway/eras.py). A plain client's ``_mgp`` never reaches a backend (it did not
 negotiate MGP, §2.4); an MGP client's call is prepared, and served as a stream when it asks, by
 gateway/mgp/streaming.py (MGP §12) — the only extra step of a plain client's call is one check.
+A ``tools/call`` that involves MCPC (a backend that speaks it, or an MCPC client's call) is planned
+and settled by gateway/mcpc/calls.py: held until its task ends, answered with ``created`` and
+callbacks, or run by the gateway as a task.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from adapters.mgp import strip as mgp_strip
@@ -26,6 +29,7 @@ from gateway.routing.catalog import STARTUP_GRACE_S
 
 if TYPE_CHECKING:
     from gateway.eras import EraBridge
+    from gateway.mcpc.calls import McpcCalls, Plan
     from gateway.mgp.streaming import StreamedCall, Streams
     from gateway.sessions import ClientSession
     from gateway.upstreams.affinity import EraAffinity
@@ -80,12 +84,14 @@ class Forwarder:
         eras: EraBridge,
         affinity: EraAffinity,
         streams: Streams | None = None,
+        mcpc: McpcCalls | None = None,
     ) -> None:
         self._connections = connections
         self._load = load
         self._eras = eras
         self._affinity = affinity
         self._streams = streams  # MGP §12 (gateway/mgp/streaming.py): an MGP client's calls only
+        self._mcpc = mcpc  # MCPC tasks (gateway/mcpc/calls.py): calls that involve MCPC only
 
     async def forward(self, call: Call, backend: str, params: dict[str, Any] | None) -> Routed:
         session, event = call.session, call.event
@@ -110,22 +116,53 @@ class Forwarder:
         elif params is not None and "_mgp" in params:
             params = mgp_strip.strip({"params": params})["params"]  # a plain client did not negotiate MGP
         sink = stream.sink if stream is not None else None
-        if session.codec.asks_mid_request:
-            # A dual-era backend serves a legacy client in its own era (gateway/upstreams/affinity.py).
-            conn = await self._affinity.for_legacy_client(conn)
-            answer = self._legacy(call, conn, backend, method, params, sink)
-        else:
-            # A modern client's call goes through the era bridge (its exchange answers on an SSE
-            # stream as soon as something, such as an MGP chunk, precedes the result).
-            answer = self._eras.for_modern_client(call, backend, conn, params, sink)
-        if stream is None:
+        plan: Plan | None = None
+        mcpc = self._mcpc
+        if mcpc is not None and method == "tools/call" and params is not None and mcpc.involved(call, backend):
+            # MCPC (gateway/mcpc/calls.py): a task of an MCPC backend, or an MCPC client's call.
+            params, plan = await mcpc.plan(call, backend, conn, params, sink or CallSink(session, call.channel))
+            if plan is not None and plan.task.gateway_run:
+                if stream is None:
+
+                    def send(inner: Call, run_params: dict[str, Any], run_sink: CallSink) -> Awaitable[dict[str, Any]]:
+                        return self._send(inner, conn, backend, method, run_params, run_sink)
+
+                    return mcpc.run(call, plan, params, send)
+                mcpc.forget(plan)  # an MGP stream is its own way of reporting progress
+                plan = None
+        answer = self._send(call, conn, backend, method, params, sink)
+        if stream is None and plan is None:
             return Routed(await answer, backend)
-        assert self._streams is not None  # only it makes streams
         try:
             response = await answer
+            if plan is not None:
+                assert mcpc is not None
+                response = await mcpc.settle(call, plan, response)  # a held call waits for its task here
         finally:
-            self._streams.end(stream)
+            if stream is not None:
+                assert self._streams is not None  # only it makes streams
+                self._streams.end(stream)
+        if stream is None:
+            return Routed(response, backend)
+        assert self._streams is not None
         return Routed(self._streams.complete(stream, response), backend)
+
+    async def _send(
+        self,
+        call: Call,
+        conn: BackendConnection,
+        backend: str,
+        method: str,
+        params: dict[str, Any] | None,
+        sink: CallSink | None,
+    ) -> dict[str, Any]:
+        if call.session.codec.asks_mid_request:
+            # A dual-era backend serves a legacy client in its own era (gateway/upstreams/affinity.py).
+            conn = await self._affinity.for_legacy_client(conn)
+            return await self._legacy(call, conn, backend, method, params, sink)
+        # A modern client's call goes through the era bridge (its exchange answers on an SSE stream
+        # as soon as something, such as an MGP chunk, precedes the result).
+        return await self._eras.for_modern_client(call, backend, conn, params, sink)
 
     async def _legacy(
         self,

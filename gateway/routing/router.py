@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import adapters
 from adapters import codecs, mcp as mcp_adapter, mcp_draft, mcpl as mcpl_adapter
 from adapters.mcp import LOG_LEVELS
+from adapters.mcpc import handshake as mcpc_handshake, metadata as mcpc_metadata
 from adapters.mgp import names as mgp_names
 from gateway import jsonrpc
 from gateway.federation import LIST_METHODS, ListKind, View
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from gateway.audit import AuditLog
     from gateway.channels import Channel
     from gateway.events import Event
+    from gateway.mcpc.calls import McpcCalls
     from gateway.mcpl import McplRelay
     from gateway.metrics import Metrics
     from gateway.mgp.server import MgpServer
@@ -83,6 +85,7 @@ class Router:
         mcpl: McplRelay,
         tool_facts: ToolFactsOf,
         mgp: MgpServer,
+        mcpc: McpcCalls,
         sessions: SessionStore,
         identity: Identity,
         audit: AuditLog,
@@ -97,6 +100,7 @@ class Router:
         self._mcpl = mcpl
         self._tool_facts = tool_facts
         self._mgp = mgp
+        self._mcpc = mcpc
         self._sessions = sessions
         self._identity = identity
         self._audit = audit
@@ -307,7 +311,17 @@ class Router:
         kind: ListKind = "tools" if event.method == "tools/call" else "prompts"
         if kind == "tools" and self._mgp.is_kernel_call(session, event.params.get("name")):
             return await self._mgp.call_kernel_tool(call)  # MGP §1.6: answered by the gateway itself
+        mcpc = event.facets.get("mcpc") if kind == "tools" else None
+        if mcpc is not None:
+            if mcpc.get("handshake"):
+                return self._mcpc.handshake(call, event.params["name"])  # the gateway is the MCPC server
+            # A client's MCPC ids are the gateway's business (gateway/mcpc/calls.py): no policy
+            # judges them as arguments and no backend ever sees them.
+            arguments = mcpc_metadata.without_metadata(event.params.get("arguments"))
+            event.payload = {**event.payload, "params": {**event.params, "arguments": arguments}}
         backend, original = await self._catalog.resolve_name(session.view, kind, event.params.get("name"))
+        if kind == "tools" and original in mcpc_handshake.HANDSHAKE_TOOLS:
+            return self._mcpc.handshake(call, original)  # a backend's own handshake tool, by its prefixed name
         params = {**event.params, "name": original}
         if kind == "tools" and self._chain.has_dispatch:
             merged = session.view.merged.get("tools")

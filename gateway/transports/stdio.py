@@ -182,6 +182,8 @@ class StdioDoor:
                 reading.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await reading
+            elif reading is not None and not reading.cancelled():
+                reading.exception()  # read (an end of input that raced the session's end), never left unretrieved
             await incoming.aclose()
             self._sessions.end(session)
             writer.cancel()

@@ -70,6 +70,9 @@ class TwinEvents:
         if message.get("method") not in _PRIMARY_ONLY:
             self._primary.on_notification(conn, message)
 
+    def on_mcpc_callback(self, conn: BackendConnection, message: dict[str, Any]) -> None:
+        self._primary.on_mcpc_callback(conn, message)  # tasks are the backend's, whichever connection
+
 
 def wants_twin(conn: BackendConnection) -> bool:
     """Whether legacy clients of this backend should get a legacy-era connection of their own."""

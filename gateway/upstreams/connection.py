@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 from adapters import mcp_modern, mcpl
+from adapters.mcpc.callback import MCPC_CALLBACK
 from adapters.mgp import names as mgp_names
 from gateway import jsonrpc
 from gateway.config import Backend as BackendConfig
@@ -65,6 +66,7 @@ class ConnectionHandler(Protocol):
     def on_disconnected(self, conn: BackendConnection, reason: str) -> None: ...
     def on_server_request(self, conn: BackendConnection, message: dict[str, Any], owner: CallOwner | None) -> None: ...
     def on_notification(self, conn: BackendConnection, message: dict[str, Any]) -> None: ...
+    def on_mcpc_callback(self, conn: BackendConnection, message: dict[str, Any]) -> None: ...
 
 
 class BackendConnection:
@@ -441,6 +443,11 @@ class BackendConnection:
     def _inbound(self, message: dict[str, Any], related: Any) -> None:
         method = message.get("method")
         if method is None:
+            if message.get("id") == MCPC_CALLBACK:
+                # MCPC: an unsolicited response with one fixed id, never an answer to a request of ours
+                # (gateway/mcpc/intake.py), so it is taken out before the id matching.
+                self._handler.on_mcpc_callback(self, message)
+                return
             self._pending.answered(message, self._probe)
             return
         if not isinstance(method, str):

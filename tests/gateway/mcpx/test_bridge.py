@@ -25,7 +25,7 @@ class HeldBackend:
         self.release = asyncio.Event()
         self.started = 0
 
-    async def request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    async def request(self, method: str, params: dict[str, Any] | None, owner: Any = None) -> dict[str, Any]:
         self.started += 1
         await self.release.wait()
         return {"result": {"content": [{"type": "text", "text": f"{method} {params}"}]}}

@@ -210,6 +210,7 @@ class Recorder:
         self.disconnected: list[str] = []
         self.server_requests: list[tuple[dict[str, Any], Any]] = []
         self.notifications: list[dict[str, Any]] = []
+        self.callbacks: list[dict[str, Any]] = []
 
     def on_connected(self, conn: BackendConnection) -> None:
         self.connected.append(conn)
@@ -222,6 +223,9 @@ class Recorder:
 
     def on_notification(self, conn: BackendConnection, message: dict[str, Any]) -> None:
         self.notifications.append(message)
+
+    def on_mcpc_callback(self, conn: BackendConnection, message: dict[str, Any]) -> None:
+        self.callbacks.append(message)
 
 
 class Owner:
