@@ -177,6 +177,7 @@ class McpcCalls:
         runs.add(job)
         job.add_done_callback(lambda done: self._ran(session.id, done))
         created = task_message(CREATED, task.session_id, task.id, task.tool, f"{task.exposed} started")
+        self._tasks.started(task, created)
         return Routed(jsonrpc.result(call.rpc_id, {"content": [callbacks.as_client(created).text_block()]}))
 
     async def _run(self, call: Call, task: Task, params: dict[str, Any], sink: RunSink, send: Send) -> None:
@@ -238,6 +239,9 @@ class McpcCalls:
     def _for_mcpc_client(
         self, callbacks: Callbacks, task: Task, response: dict[str, Any], mine: list[McpcMessage]
     ) -> dict[str, Any]:
+        for message in mine:
+            if message.event == CREATED:
+                self._tasks.started(task, message)
         if any(m.final for m in mine):
             self._tasks.discard(task, "completed")  # the whole run is in the result: nothing more comes
         ours = {task.id, task.alias}
@@ -247,7 +251,9 @@ class McpcCalls:
     async def _hold(self, key: tuple[str, Any], held: HeldCall, task: Task, mine: list[McpcMessage]) -> dict[str, Any]:
         """Wait for the task's end; the answer to request ``key[1]`` is its last message as a result."""
         for message in mine:
-            if message.event != CREATED:
+            if message.event == CREATED:
+                self._tasks.started(task, message)
+            else:
                 self._tasks.relay(task, message)  # a task the backend ran to its end inside the call
         self._held[key] = held
         try:

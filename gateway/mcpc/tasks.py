@@ -149,6 +149,11 @@ class TaskTable:
             task.updates += 1
         self._tell(task, message)
 
+    def started(self, task: Task, created: McpcMessage) -> None:
+        """The call answered ``created`` (its caller has that answer already): observed, not told."""
+        if task.ended is None:
+            self._observe(task, created)
+
     def fail(self, task: Task, reason: str, outcome: str = "failed") -> None:
         """End ``task`` with a ``failed`` message the gateway makes."""
         if task.ended is None:
