@@ -174,6 +174,7 @@ class Gateway:
             push_mcpc=self.mcpl.push_mcpc,
             speaks_changed=self.mcpl.mcpc_backend,
         )
+        self.mgp.streams.cancels_held(self.mcpc.calls.cancel)
         self.client_messages = ClientMessages(
             self.connections, self.subscriptions, self.mcpl, self.mgp.streams, self.mcpc.calls
         )

@@ -8,10 +8,12 @@ never disturbs another task, and ordinary calls never see MCPC messages at all.
 
 Invariants:
 
+- a task counts (limits, ``switchboard_mcpc_tasks_*``) from its first sign of being one, never
+  for an ordinary tool of an MCPC backend;
 - a task ends exactly once: on its last message (``complete``/``failed``), when it runs out of time
   (its backend's ``timeout_s``: a ``failed`` saying so), when its backend goes away (``failed``),
   when its owner leaves (``drop_session``) or when its owner gives up (``discard``); every end
-  cancels its timer and is counted (``switchboard_mcpc_tasks_finished_total``);
+  cancels its timer and, for a counted task, is counted (``switchboard_mcpc_tasks_finished_total``);
 - the owner hears messages in the order they arrive and nothing after the last one;
 - an owner that raises never breaks the table (it is logged).
 """
@@ -59,6 +61,7 @@ class Task:
     timer: asyncio.TimerHandle | None = None
     ended: str | None = None  # how it ended (None: running)
     alias: str | None = None  # the backend's own id for it, when it did not use the gateway's
+    counted: bool = False  # it showed it is a task: in the limits and the metrics
 
 
 def new_id(prefix: str) -> str:
@@ -100,14 +103,21 @@ class TaskTable:
         return self._by_id.get(task_id)
 
     def open(self, task: Task, timeout_s: float) -> Task:
-        """File ``task``; it fails by itself after ``timeout_s``."""
+        """File ``task`` before its call is sent; it fails by itself after ``timeout_s``. It counts
+        (limits, metrics) only once it shows it is a task (``created`` or any message): an ordinary
+        tool of an MCPC backend is a call, not a task."""
         self._by_id[task.id] = task
+        task.timer = asyncio.get_running_loop().call_later(timeout_s, self._expire, task, timeout_s)
+        return task
+
+    def _count(self, task: Task) -> None:
+        if task.counted:
+            return
+        task.counted = True
         self._per_session[task.session_key] = self._per_session.get(task.session_key, 0) + 1
         self._per_backend[task.backend] = self._per_backend.get(task.backend, 0) + 1
-        task.timer = asyncio.get_running_loop().call_later(timeout_s, self._expire, task, timeout_s)
         self._metrics.mcpc_tasks_started.labels(task.backend).inc()
         self._metrics.mcpc_tasks_running.labels(task.backend).inc()
-        return task
 
     # ---- messages ------------------------------------------------------------------------------
 
@@ -138,6 +148,7 @@ class TaskTable:
         """A message of ``task`` (from its backend, or made by the gateway) to its owner."""
         if task.ended is not None:
             return
+        self._count(task)
         if not self._visible(task, message):
             reason = f"the caller may no longer call {task.exposed}"
             self._end(task, "denied", task_message(FAILED, task.session_id, task.id, task.tool, reason))
@@ -152,6 +163,7 @@ class TaskTable:
     def started(self, task: Task, created: McpcMessage) -> None:
         """The call answered ``created`` (its caller has that answer already): observed, not told."""
         if task.ended is None:
+            self._count(task)
             self._observe(task, created)
 
     def fail(self, task: Task, reason: str, outcome: str = "failed") -> None:
@@ -205,7 +217,7 @@ class TaskTable:
         if task.timer is not None:
             task.timer.cancel()
             task.timer = None
-        if self._by_id.pop(task.id, None) is None:
+        if self._by_id.pop(task.id, None) is None or not task.counted:
             return
         for counts, key in ((self._per_session, task.session_key), (self._per_backend, task.backend)):
             left = counts.get(key, 1) - 1

@@ -184,8 +184,17 @@ class Streams:
         self._by_upstream: dict[tuple[BackendConnection, Any], StreamedCall] = {}
         self._by_client: dict[tuple[str, Any], StreamedCall] = {}
         self._tokens = itertools.count(1)
+        # A call held open for an MCPC task (gateway/mcpc/calls.py) has no backend request left to cut.
+        self._held: Callable[[ClientSession, Any], bool] = lambda session, request_id: False
         for method in sorted(wire.NOTIFICATIONS):
             news.on_notification(method, self.on_news)
+
+    def cancels_held(self, held: Callable[[ClientSession, Any], bool]) -> None:
+        """How a held call is cancelled: ``held(session, client id)``, True when there was one."""
+        self._held = held
+
+    def _cancel_held(self, session: ClientSession, request_id: Any) -> bool:
+        return any(self._held(session, form) for form in _id_forms(request_id))
 
     def handlers(self) -> dict[str, Callable[[Call], Awaitable[Routed]]]:
         return {wire.CANCEL: self.cancel}
@@ -324,6 +333,8 @@ class Streams:
         else:
             entry = next((session.inflight[k] for k in _id_forms(request_id) if k in session.inflight), None)
             if entry is None:
+                if self._cancel_held(session, request_id):
+                    return Routed(jsonrpc.result(call.rpc_id, wire.cancel_result({"content": []})))
                 raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, f"no call {request_id!r} in flight on this session")
             conn, pending = entry
         partial: dict[str, Any] = {"content": []}
@@ -333,6 +344,7 @@ class Streams:
             if stream.native:
                 partial = await self._cancel_stream(conn, pending.upstream_id, reason) or partial
         conn.cancel(pending, reason)
+        self._cancel_held(stream.session if stream is not None else session, request_id)
         return Routed(jsonrpc.result(call.rpc_id, wire.cancel_result(partial)), conn.name)
 
     @staticmethod

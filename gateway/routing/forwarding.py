@@ -138,6 +138,11 @@ class Forwarder:
             if plan is not None:
                 assert mcpc is not None
                 response = await mcpc.settle(call, plan, response)  # a held call waits for its task here
+        except BaseException:
+            if plan is not None:
+                assert mcpc is not None
+                mcpc.forget(plan)  # the call failed (or was cancelled): its task has nobody to tell
+            raise
         finally:
             if stream is not None:
                 assert self._streams is not None  # only it makes streams

@@ -12,6 +12,9 @@ Written from shared/notes/WIRE.md "MCPC", standard library only (any python runs
 - After the handshake, ``slow_task {steps, delay_s}`` and ``fails {delay_s}`` answer ``created`` at
   once and send ``update`` / ``complete`` / ``failed`` as unsolicited ``"MCPC_CALLBACK"`` responses
   on stdout; ``emit_event {event, result}`` sends a ``server_event`` callback.
+- ``hang {}`` answers ``created`` and then never sends anything more about the task; ``crash {}``
+  answers ``created`` and exits the process about 0.2 s later (exit code 1), the task unfinished.
+  Both do so with or without the handshake (for tests of the gateway's bounds).
 - Without the handshake (the fallback), a task runs to its end inside the call and the result holds
   every message (``created`` .. ``complete``/``failed``) as one text block each.
 - ``sync_echo {text}`` is an ordinary tool. ``initialize``, ``ping`` and ``tools/list`` are answered;
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import threading
@@ -84,6 +88,8 @@ class OldServer:
             {"name": "fails", "inputSchema": schema(delay_s=number)},
             {"name": "sync_echo", "inputSchema": schema(text={"type": "string"})},
             {"name": "emit_event", "inputSchema": schema(event={"type": "string"}, result={})},
+            {"name": "hang", "inputSchema": schema()},
+            {"name": "crash", "inputSchema": schema()},
         ]
 
     def steps(
@@ -118,9 +124,13 @@ class OldServer:
             event = str(arguments.get("event") or "notification")
             callback(message("server_event", event, session_id, None, None, arguments.get("result")))
             return text_result("sent")
-        if tool not in ("slow_task", "fails"):
+        if tool not in ("slow_task", "fails", "hang", "crash"):
             return text_result(f"Unknown tool: {tool}", is_error=True)
         created = message("task", "created", session_id, task_id, tool, f"{tool} started")
+        if tool in ("hang", "crash"):
+            if tool == "crash":
+                threading.Timer(0.2, os._exit, (1,)).start()  # after the answer below is written
+            return text_result(json.dumps(created, separators=(",", ":")))
         run = self.steps(tool, arguments, session_id, task_id)
         if not self.mcpc_client:  # the fallback: the whole run in the result
             for delay, _ in run:

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from adapters.mcpc.translate import task_message
 from gateway import errors
 from gateway.mcpc.tasks import Task, TaskTable, new_id
 from gateway.metrics import Metrics
@@ -70,7 +71,9 @@ async def test_the_limit_over_the_task_tables_counts_frees_a_slot_when_a_task_en
         if not limits.start_task(*table.running(session_key, "lib")).allowed:
             return None
         task = Task(new_id("sb-task-"), new_id("sb-session-"), "lib", "t", "t", session_key, None, Nobody())
-        return table.open(task, 60)
+        table.open(task, 60)
+        table.started(task, task_message("created", task.session_id, task.id, "t", None))  # a task, not a call
+        return task
 
     first, second = start("a"), start("a")
     assert first is not None and second is not None

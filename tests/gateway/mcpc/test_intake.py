@@ -78,7 +78,9 @@ class Intake:
             owner=owner,
             gateway_run=gateway_run,
         )
-        return self.tasks.open(task, 60)
+        self.tasks.open(task, 60)
+        self.tasks.started(task, task_message("created", task.session_id, task.id, task.tool, None))
+        return task
 
     def session(self, principal: Principal = EVERYTHING, view: View = BOTH, initialized: bool = True) -> ClientSession:
         session = ClientSession(f"session-{next(_ids):04d}-xxxx", "http", view, principal, Limits())

@@ -69,6 +69,7 @@ class Table:
         session_key: str = "s1",
         gateway_run: bool = False,
         timeout_s: float = LONG_S,
+        created: bool = True,
     ) -> Task:
         task = Task(
             id=new_id("sb-task-"),
@@ -81,7 +82,11 @@ class Table:
             owner=owner,
             gateway_run=gateway_run,
         )
-        return self.table.open(task, timeout_s)
+        self.table.open(task, timeout_s)
+        if created:  # its call answered created: it is a task (counted), not an ordinary call
+            self.table.started(task, task_message("created", task.session_id, task.id, task.tool, None))
+            self.observed.clear()  # the tests look at what comes after
+        return task
 
     def sample(self, name: str, **labels: str) -> float:
         value = self.metrics.registry.get_sample_value(name, labels)
@@ -102,7 +107,7 @@ def test_ids_are_unguessable_and_prefixed() -> None:
 async def test_an_update_before_created_reaches_the_owner_in_order() -> None:
     t = Table()
     owner = Heard()
-    task = t.open(owner)
+    task = t.open(owner, created=False)
     assert t.table.deliver("lib", msg(task, UPDATE, {"step": 1}))
     assert t.table.deliver("lib", msg(task, CREATED, "started"))
     assert t.table.deliver("lib", msg(task, UPDATE, {"step": 2}))
@@ -297,3 +302,13 @@ async def test_gateway_made_messages_reach_a_gateway_run_task() -> None:
     t.table.relay(task, msg(task, COMPLETE, "42"))
     assert owner.events() == [CREATED, UPDATE, COMPLETE] and task.updates == 1
     assert task.ended == "completed" and len(t.table) == 0
+
+
+async def test_an_ordinary_tool_of_an_mcpc_backend_is_a_call_not_a_task() -> None:
+    t = Table()
+    call = t.open(Heard(), created=False)  # filed before its call is sent, in case it is a task
+    assert t.table.running("s1", "lib") == (0, 0), "not in the limits"
+    t.table.discard(call)  # it answered like any tool
+    assert t.sample("switchboard_mcpc_tasks_started_total", backend="lib") == 0
+    assert t.sample("switchboard_mcpc_tasks_finished_total", backend="lib", outcome="dropped") == 0
+    assert len(t.table) == 0
