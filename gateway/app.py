@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -84,12 +85,26 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
 
     def mcp_door(view_of: Callable[[Any], View | None]) -> StreamableHttpDoor:
         return StreamableHttpDoor(
-            view_of, desk=gw, router=router, sessions=sessions, limits=limits, metrics=counters, modern=modern
+            view_of,
+            desk=gw,
+            router=router,
+            sessions=sessions,
+            limits=limits,
+            metrics=counters,
+            modern=modern,
+            shared=gw.shared_sessions,
         )
 
     def sse_door(view_of: Callable[[Any], View | None], messages_path: Callable[[Any], str]) -> LegacySseDoor:
         return LegacySseDoor(
-            view_of, messages_path, desk=gw, router=router, sessions=sessions, limits=limits, metrics=counters
+            view_of,
+            messages_path,
+            desk=gw,
+            router=router,
+            sessions=sessions,
+            limits=limits,
+            metrics=counters,
+            shared=gw.shared_sessions,
         )
 
     def ws_door(view_of: Callable[[Any], View | None]) -> WebSocketDoor:
@@ -113,7 +128,8 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
     )
 
     async def healthz(_request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        # pid: which process answered (with `run --workers N`, several serve one port)
+        return JSONResponse({"status": "ok", "pid": os.getpid()})
 
     async def readyz(_request: Request) -> Response:
         ready, details = gw.readiness()

@@ -46,6 +46,9 @@ class Channel:
         # Set by the consumer around a send that may block; see the module docstring.
         self.writing = False
         self.on_overflow: Callable[[], object] | None = None
+        # Many replicas (gateway/replicas/shared_sessions.py): a session's stream held by another
+        # replica gets what is pushed here while no reader is attached here.
+        self.forward: Callable[[dict[str, Any]], None] | None = None
 
     @property
     def last_seq(self) -> int:
@@ -53,6 +56,16 @@ class Channel:
 
     def push(self, message: dict[str, Any]) -> bool:
         """Queue a message; False if the channel is closed or just overflowed. Never blocks."""
+        if self.forward is not None and not self.attached:
+            self.forward(message)
+        return self.push_local(message)
+
+    def recent(self, count: int) -> list[dict[str, Any]]:
+        """The latest ``count`` messages still held (newest last)."""
+        return [message for _, message in list(self._log)[-count:]]
+
+    def push_local(self, message: dict[str, Any]) -> bool:
+        """:meth:`push`, never forwarded (a message another replica forwarded here)."""
         if self.closed:
             return False
         seq = self._next_seq

@@ -7,12 +7,14 @@ import asyncio
 import contextlib
 import logging
 import signal
-import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway import __version__
 from gateway.config import Config, ConfigError, default_config, load_config
+
+if TYPE_CHECKING:
+    from gateway.workers import WorkerRole
 
 
 def _load(path: str | None) -> Config:
@@ -28,6 +30,12 @@ def _check(args: argparse.Namespace) -> int:
         print(f"{len(exc.issues)} error(s) in {args.config}", file=sys.stderr)
         return 1
     problems = static_problems(config)
+    if args.workers is not None:
+        from gateway.workers import refusal, resolve
+
+        refused = refusal(args.workers, resolve(args.workers), config.bus.kind)
+        if refused is not None:
+            problems.append(refused)
     for warning in config_warnings(config):
         print(f"warning: {args.config}: {warning}", file=sys.stderr)
     for problem in problems:
@@ -83,10 +91,10 @@ def _load_or_report(path: str | None) -> Config | None:
         return None
 
 
-def _log_to_stderr(config: Config) -> None:
+def _log_to_stderr(config: Config, who: str = "") -> None:
     logging.basicConfig(
         level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format=f"%(asctime)s %(levelname)s {who}%(name)s: %(message)s",
         stream=sys.stderr,  # stdout is for the listening banner, or for JSON-RPC with stdio
     )
 
@@ -101,6 +109,8 @@ def _run_loop(main: Any) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from gateway.workers import WorkerRole, refusal, resolve
+
     config = _load_or_report(args.config)
     if config is None:
         return 1
@@ -113,52 +123,94 @@ def _run(args: argparse.Namespace) -> int:
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
         return 1
+    if args.worker:  # one of the processes a supervisor started (gateway/workers.py)
+        role = WorkerRole.parse(args.worker)
+        _log_to_stderr(config, f"[{role.label}] ")
+        return _run_loop(_serve(config, args.config, role))
+    count = resolve(args.workers)
+    refused = refusal(args.workers, count, config.bus.kind)
+    if refused is not None:
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
     _log_to_stderr(config)
-    return _run_loop(_serve(config, args.config))
+    if count == 1:
+        return _run_loop(_serve(config, args.config))
+    return _supervise(config, args.config, count)
 
 
-async def _serve(config: Config, config_path: str | None = None) -> int:
+def _supervise(config: Config, config_path: str | None, count: int) -> int:
+    """``--workers N`` with N > 1: this process holds the port and keeps N workers serving it."""
+    from gateway.app import front_doors
+    from gateway.workers import Supervisor, reserve_port
+
+    try:
+        hold = reserve_port(config.listen.host, config.listen.port)
+    except OSError as exc:
+        print(f"error: cannot listen on {config.listen.host}:{config.listen.port}: {exc.strerror}", file=sys.stderr)
+        return 1
+    host, port = hold.getsockname()[:2]
+    command = [sys.executable, "-m", "gateway", "run", "--host", host, "--port", str(port)]
+    if config_path is not None:
+        command += ["-c", config_path]
+    shown = f"[{host}]" if ":" in host else host
+    base = f"http://{shown}:{port}"
+
+    def banner() -> None:
+        print(f"Switchboard {__version__} listening on {base} ({count} worker processes)", flush=True)
+        for line in front_doors(base, config):
+            print(f"  {line}", flush=True)
+
+    with hold:
+        return _run_loop(Supervisor(count, command, on_all_ready=banner).run())
+
+
+async def _serve(config: Config, config_path: str | None = None, role: WorkerRole | None = None) -> int:
     import uvicorn
 
     from gateway.app import build_app, front_doors
     from gateway.transports.coalesce import CoalescingHttpToolsProtocol
     from gateway.transports.ws_server import SafeWebSocketProtocol
+    from gateway.workers import listening_socket, ready_server
 
-    sock = socket.socket(socket.AF_INET6 if ":" in config.listen.host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    # Accepted sockets inherit TCP_NODELAY on Linux. uvloop does not set it on connections accepted
-    # from a socket handed in by us, and without it a response written in two parts (headers, then
-    # body) waits for the client's delayed ACK: 40 ms per request.
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((config.listen.host, config.listen.port))
+    # A worker shares the port with its siblings (SO_REUSEPORT); a single process owns it.
+    sock = listening_socket(config.listen.host, config.listen.port, reuse_port=role is not None)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     base = f"http://{shown}:{port}"
     app = build_app(config)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            log_level=config.log_level,
-            access_log=False,
-            proxy_headers=False,
-            server_header=False,
-            loop="none",
-            http=CoalescingHttpToolsProtocol,
-            ws=SafeWebSocketProtocol,
-            lifespan="on",
-            timeout_graceful_shutdown=5,
-            ws_max_size=config.limits.max_message_bytes,
-        )
+    server_config = uvicorn.Config(
+        app,
+        log_level=config.log_level,
+        access_log=False,
+        proxy_headers=False,
+        server_header=False,
+        loop="none",
+        http=CoalescingHttpToolsProtocol,
+        ws=SafeWebSocketProtocol,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+        ws_max_size=config.limits.max_message_bytes,
     )
-    print(f"Switchboard {__version__} listening on {base}", flush=True)
-    for line in front_doors(base, config):
-        print(f"  {line}", flush=True)
-    watcher = asyncio.create_task(_watch_config(app.state.gateway, config_path)) if config_path else None
+    background = []
+    if role is None:
+        server = uvicorn.Server(server_config)
+        print(f"Switchboard {__version__} listening on {base}", flush=True)
+        for line in front_doors(base, config):
+            print(f"  {line}", flush=True)
+    else:  # the supervisor prints the banner once for all workers
+        server = ready_server(server_config, role.announce_ready)
+
+        def supervisor_gone() -> None:
+            server.should_exit = True  # as SIGTERM does: stop accepting, drain, stop the gateway
+
+        background.append(asyncio.create_task(role.watch_lifeline(supervisor_gone)))
+    if config_path:
+        background.append(asyncio.create_task(_watch_config(app.state.gateway, config_path)))
     try:
         await server.serve(sockets=[sock])
     finally:
-        if watcher is not None:
-            watcher.cancel()
+        for task in background:
+            task.cancel()
     return 0
 
 
@@ -249,6 +301,8 @@ async def _serve_stdio(config: Config, server: str | None, token: str | None, co
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gateway.workers import parse_workers
+
     parser = argparse.ArgumentParser(prog="switchboard", description="A gateway for the MCP protocol family.")
     parser.add_argument("--version", action="version", version=f"switchboard {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -256,6 +310,14 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("-c", "--config", help="YAML config file")
     run.add_argument("--host", help="override listen.host")
     run.add_argument("--port", type=int, help="override listen.port (0: any free port)")
+    run.add_argument(
+        "--workers",
+        type=parse_workers,
+        default=1,
+        metavar="N|auto",
+        help="serve the port from N processes (auto: one per usable core); N > 1 needs bus: {kind: redis}",
+    )
+    run.add_argument("--worker", help=argparse.SUPPRESS)  # internal: set by the supervisor on each worker
     run.set_defaults(func=_run)
     stdio = sub.add_parser("stdio", help="serve one client on stdin/stdout (for hosts that spawn their servers)")
     stdio.add_argument("-c", "--config", help="YAML config file")
@@ -264,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     stdio.set_defaults(func=_stdio)
     check = sub.add_parser("check", help="validate a config file and explain every error")
     check.add_argument("-c", "--config", required=True, help="YAML config file")
+    check.add_argument(
+        "--workers", type=parse_workers, metavar="N|auto", help="also check that `run --workers N` can use this config"
+    )
     check.set_defaults(func=_check)
     args = parser.parse_args(argv)
     return int(args.func(args))

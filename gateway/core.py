@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import secrets
+import socket
 import time
 from functools import partial
 from typing import Any
@@ -25,6 +28,8 @@ from gateway.mgp.access_store import BusAccessStore
 from gateway.mgp.assembly import assemble as assemble_mgp
 from gateway.mgp.lifecycle import Lifecycle
 from gateway.mrtr import Parking
+from gateway.replicas.records import apply as apply_record, credentials_of, initialize_params
+from gateway.replicas.shared_sessions import LocalSessions, SharedSessions
 from gateway.routing import Router
 from gateway.routing.backend_events import BackendEvents
 from gateway.routing.catalog import Catalog
@@ -112,6 +117,14 @@ class Gateway:
         self._jwt_cache: dict[str, Credentials] = {}
         self._principals: dict[Credentials, Principal] = {}
         self.sessions = SessionStore(config.limits, self._session_ended)
+        # Many replicas (gateway/replicas/): legacy sessions shared through the Redis bus; one replica
+        # (the memory bus) keeps them here only, at no cost.
+        self.replica = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+        self.shared_sessions: SharedSessions | LocalSessions = (
+            SharedSessions(self.bus, self.sessions, self._restore_session, self.replica, config.limits.session_idle_s)
+            if config.bus.kind == "redis"
+            else LocalSessions(self.sessions)
+        )
         self.load = LoadPolicy(config.limits.max_sessions, config.limits.max_inflight_per_session)
         self.parking = Parking(config.limits.client_request_timeout_s)
         names = tuple(config.backends)
@@ -175,9 +188,17 @@ class Gateway:
             speaks_changed=self.mcpl.mcpc_backend,
         )
         self.mgp.streams.cancels_held(self.mcpc.calls.cancel)
+        shared = self.shared_sessions if isinstance(self.shared_sessions, SharedSessions) else None
         self.client_messages = ClientMessages(
-            self.connections, self.subscriptions, self.mcpl, self.mgp.streams, self.mcpc.calls
+            self.connections,
+            self.subscriptions,
+            self.mcpl,
+            self.mgp.streams,
+            self.mcpc.calls,
+            elsewhere=shared.answer_elsewhere if shared is not None else None,
         )
+        if shared is not None:
+            shared.answered = partial(self.client_messages.response, forwarded=True)
         # Legacy-era twins of dual-era backends, opened on first need (the handler is made below).
         self.affinity = EraAffinity(self._legacy_twin, config.limits.startup_wait_s)
         # A deregistered backend (MGP §15): MGP's kernel, lifecycle and news forget it; its legacy twin closes.
@@ -282,6 +303,7 @@ class Gateway:
             await conn.start()
         self.mgp.start()
         self.sessions.start()
+        await self.shared_sessions.start()
         self.topic_backends.start()
 
     async def stop(self) -> None:
@@ -289,6 +311,7 @@ class Gateway:
         await self.mcpc.stop()
         self.parking.close()
         await self.topic_backends.stop()
+        await self.shared_sessions.stop()
         await self.sessions.stop()
         await asyncio.gather(*(conn.close() for conn in self.connections.values()), return_exceptions=True)
         await self.affinity.close()
@@ -369,6 +392,26 @@ class Gateway:
     def open_session(self, transport: str, view: View, credentials: Credentials) -> ClientSession:
         session = self.sessions.create(transport, view, self.principal_of(credentials))
         session.credentials = credentials
+        self.metrics.sessions.labels(transport).inc()
+        if isinstance(self.shared_sessions, SharedSessions):
+            self.shared_sessions.created(session)
+        return session
+
+    def _restore_session(self, session_id: str, record: dict[str, Any]) -> ClientSession | None:
+        """A local copy of a legacy session another replica opened (gateway/replicas/records.py): its
+        principal resolved again here, its MCPL and MGP facets derived again from its initialize."""
+        credentials = credentials_of(record)
+        name = record.get("view")
+        view = self.federated if name == self.federated.name else self.single.get(str(name))
+        transport = record.get("transport")
+        if credentials is None or view is None or not isinstance(transport, str):
+            return None
+        session = self.sessions.restore(session_id, transport, view, self.principal_of(credentials))
+        session.credentials = credentials
+        apply_record(session, record)
+        params = initialize_params(session)
+        self.mcpl.on_initialize(session, params, {})
+        self.mgp.server.on_initialize(session, params, {})
         self.metrics.sessions.labels(transport).inc()
         return session
 

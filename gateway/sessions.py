@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _MAX_KEPT_STREAMS = 64
+_REPLICA_TAG = secrets.token_hex(2)
 
 
 def level_rank(level: str | None) -> int:
@@ -93,6 +94,8 @@ class ClientSession:
         self._stream_ids = itertools.count(1)
         self._out_ids = itertools.count(1)
         self.standalone = Channel(f"{self._short}-0", limits.session_queue, limits.sse_replay_events)
+        # Many replicas (gateway/replicas/): whether this replica opened it.
+        self.created_here = True
         self.streams: OrderedDict[str, Channel] = OrderedDict()
         self._on_close: list[Callable[[ClientSession], None]] = []
 
@@ -130,7 +133,9 @@ class ClientSession:
         return self.streams.get(channel_id)
 
     def next_outgoing_id(self) -> str:
-        return f"sb-{self._short}-{next(self._out_ids)}"
+        # The replica's tag keeps ids apart when copies of the session on several replicas ask at once
+        # (an answer that lands on another replica is handed to the one that asked: gateway/replicas/).
+        return f"sb-{_REPLICA_TAG}{self._short}-{next(self._out_ids)}"
 
     async def ask(
         self,
@@ -208,6 +213,17 @@ class SessionStore:
 
     def __iter__(self) -> Any:
         return iter(list(self._sessions.values()))
+
+    def peek(self, session_id: str) -> ClientSession | None:
+        """The local copy, without counting it as activity."""
+        return self._sessions.get(session_id)
+
+    def restore(self, session_id: str, transport: str, view: View, principal: Principal) -> ClientSession:
+        """A local copy of a session another replica opened (its state is applied by the caller)."""
+        session = ClientSession(session_id, transport, view, principal, self._limits)
+        session.created_here = False
+        self._sessions[session_id] = session
+        return session
 
     def create(self, transport: str, view: View, principal: Principal) -> ClientSession:
         session = ClientSession(secrets.token_urlsafe(24), transport, view, principal, self._limits)

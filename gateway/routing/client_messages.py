@@ -9,7 +9,7 @@ backend request still waiting on it is answered with an error, and its subscript
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from adapters.mgp import names as mgp_names
@@ -41,12 +41,16 @@ class ClientMessages:
         mcpl: McplRelay,
         mgp: MgpClientNews,
         mcpc: McpcCalls | None = None,
+        elsewhere: Callable[[ClientSession, dict[str, Any]], None] | None = None,
     ) -> None:
         self._connections = connections
         self._subscriptions = subscriptions
         self._mcpl = mcpl
         self._mgp = mgp
         self._mcpc = mcpc
+        # Many replicas: an answer to a request another replica's copy of the session sent is handed
+        # to it (gateway/replicas/shared_sessions.py).
+        self._elsewhere = elsewhere
 
     async def notification(self, session: ClientSession, event: Event) -> None:
         method = event.method
@@ -81,10 +85,12 @@ class ClientMessages:
             if conn.state == "ready":
                 conn.spawn(conn.send(event.payload))
 
-    @staticmethod
-    def response(session: ClientSession, message: dict[str, Any]) -> None:
+    def response(self, session: ClientSession, message: dict[str, Any], forwarded: bool = False) -> None:
         out = session.outgoing.pop(str(message.get("id")), None)
         if out is None:
+            if self._elsewhere is not None and not forwarded:
+                self._elsewhere(session, message)
+                return
             log.debug("session %s answered unknown request id %r", session.id[:8], message.get("id"))
             return
         if out.timer is not None:

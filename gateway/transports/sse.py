@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from gateway.config import Limits
     from gateway.federation import View
     from gateway.metrics import Metrics
+    from gateway.replicas import SessionSharing
     from gateway.routing import Router
     from gateway.sessions import ClientSession, SessionStore
     from gateway.transports.front_desk import FrontDesk
@@ -60,7 +61,9 @@ class LegacySseDoor:
         sessions: SessionStore,
         limits: Limits,
         metrics: Metrics,
+        shared: SessionSharing,
     ) -> None:
+        self._shared = shared  # sessions other replicas may serve too (gateway/replicas/)
         self._view_of = view_of
         self._messages_path = messages_path
         self._desk = desk
@@ -96,7 +99,10 @@ class LegacySseDoor:
         endpoint = f"{scope.get('root_path', '')}{self._messages_path(scope)}?session_id={session.id}"
         gone = asyncio.create_task(wait_disconnect(receive))
         channel.on_overflow = drop_hook(scope)
+        # Its POSTs may land on any replica; their answers come back to this stream through the bus.
+        held = contextlib.AsyncExitStack()
         try:
+            await held.enter_async_context(self._shared.holding(session))
             await send(
                 {
                     "type": "http.response.start",
@@ -153,6 +159,8 @@ class LegacySseDoor:
             channel.writing = False
             channel.on_overflow = None
             channel.attached = False
+            await held.aclose()
+            await self._shared.ended(session)
             self._sessions.end(session)
 
     async def messages(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -164,7 +172,7 @@ class LegacySseDoor:
         if not session_id:
             await send_rpc_error(send, 400, jsonrpc.INVALID_REQUEST, "session_id is required")
             return
-        session = self._sessions.get(session_id)
+        session = await self._shared.find(session_id)
         if session is None or session.transport != TRANSPORT or session.view is not self._view_of(scope):
             await send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "Session not found")
             return
@@ -230,3 +238,4 @@ class LegacySseDoor:
             response = jsonrpc.error(message.get("id"), jsonrpc.INTERNAL_ERROR, "Internal error in the gateway")
         if response is not None:
             session.standalone.push(response)
+        await self._shared.settle(session)

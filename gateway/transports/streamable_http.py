@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from gateway.config import Limits
     from gateway.federation import View
     from gateway.metrics import Metrics
+    from gateway.replicas import SessionSharing
     from gateway.routing import Router
     from gateway.sessions import ClientSession, SessionStore
     from gateway.transports.front_desk import FrontDesk
@@ -69,6 +70,7 @@ class StreamableHttpDoor:
         limits: Limits,
         metrics: Metrics,
         modern: ModernExchange,
+        shared: SessionSharing,
     ) -> None:
         self._view_of = view_of
         self._desk = desk
@@ -77,6 +79,7 @@ class StreamableHttpDoor:
         self._limits = limits
         self._metrics = metrics
         self._modern = modern  # the 2026-07-28 era's requests (streamable_http_modern.py)
+        self._shared = shared  # sessions other replicas may serve too (gateway/replicas/)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -117,7 +120,7 @@ class StreamableHttpDoor:
         if not session_id:
             await send_rpc_error(send, 400, jsonrpc.INVALID_REQUEST, "Bad Request: Mcp-Session-Id header is required")
             return None
-        session = self._sessions.get(session_id)
+        session = await self._shared.find(session_id)
         if session is None or session.view is not view or session.transport != TRANSPORT:
             await send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "Session not found")
             return None
@@ -208,9 +211,11 @@ class StreamableHttpDoor:
             session, principal = found
         if shape is not jsonrpc.Shape.REQUEST:
             await self._router.handle(session, message, shape, session.standalone, principal)
+            await self._shared.settle(session)
             await send_bytes(send, 202, b"")
             return
         await self._request(scope, receive, send, session, message, extra, principal=principal)
+        await self._shared.settle(session)
 
     async def _batch(self, scope: Scope, send: Send, view: View, batch: list[Any]) -> None:
         """JSON-RPC batches (allowed by 2025-03-26 only): answered together as one JSON array."""
@@ -442,16 +447,29 @@ class StreamableHttpDoor:
         channel.attached = True
         gone = asyncio.create_task(wait_disconnect(receive))
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": _sse_headers([])})
-            if not last_event_id and (session.protocol_version or "") >= PRIMES_SSE_FROM:
-                prime = sse.encode(b"", id=f"{channel.id}-{after}")
-                await send({"type": "http.response.body", "body": prime, "more_body": True})
-            else:
-                await send({"type": "http.response.body", "body": sse.KEEPALIVE, "more_body": True})
-            await self._stream(scope, send, session, channel, after, None, gone)
+            async with self._shared.holding(session):
+                await self._serve_get(scope, send, session, channel, after, bool(last_event_id), gone)
         finally:
             channel.attached = False
             gone.cancel()
+
+    async def _serve_get(
+        self,
+        scope: Scope,
+        send: Send,
+        session: ClientSession,
+        channel: Channel,
+        after: int,
+        resumed: bool,
+        gone: asyncio.Task[None],
+    ) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": _sse_headers([])})
+        if not resumed and (session.protocol_version or "") >= PRIMES_SSE_FROM:
+            prime = sse.encode(b"", id=f"{channel.id}-{after}")
+            await send({"type": "http.response.body", "body": prime, "more_body": True})
+        else:
+            await send({"type": "http.response.body", "body": sse.KEEPALIVE, "more_body": True})
+        await self._stream(scope, send, session, channel, after, None, gone)
 
     # ---- DELETE ------------------------------------------------------------------------------
 
@@ -459,6 +477,7 @@ class StreamableHttpDoor:
         found = await self._session(scope, send, view)
         if found is None:
             return
+        await self._shared.ended(found[0])
         self._sessions.end(found[0])
         await send_bytes(send, 200, b"")
 

@@ -1,0 +1,34 @@
+"""Many replicas as one gateway (issue 14): what replicas share through the bus.
+
+``shared_sessions``: legacy sessions and their standalone streams, any request on any replica.
+``records``: a session's shared state as JSON. With the memory bus, ``LocalSessions`` keeps today's
+single-replica behaviour with no cost.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from gateway.sessions import ClientSession
+
+
+class SessionSharing(Protocol):
+    """What a door asks about sessions that may live on several replicas."""
+
+    async def find(self, session_id: str) -> ClientSession | None:
+        """The session of a request: the local copy (up to date), else restored from the bus."""
+        ...
+
+    async def settle(self, session: ClientSession) -> None:
+        """After a request: its state shared if it changed."""
+        ...
+
+    async def ended(self, session: ClientSession) -> None:
+        """Ended on purpose (DELETE, the end of its legacy SSE stream): everywhere."""
+        ...
+
+    def holding(self, session: ClientSession) -> AbstractAsyncContextManager[None]:
+        """While its standalone stream is open here."""
+        ...
