@@ -295,6 +295,15 @@ def envelope_meta(
     return meta
 
 
+ENVELOPE_KEYS = frozenset({PROTOCOL_VERSION_KEY, CLIENT_CAPABILITIES_KEY, CLIENT_INFO_KEY, LOG_LEVEL_KEY})
+"""The client envelope's keys in ``_meta``: a handshake-era server refuses a request that carries them."""
+
+
+def without_envelope(meta: dict[str, Any]) -> dict[str, Any]:
+    """``_meta`` without the client envelope (a modern client's request on its way to a legacy server)."""
+    return {key: value for key, value in meta.items() if key not in ENVELOPE_KEYS}
+
+
 def stamp_request(
     params: dict[str, Any] | None, capabilities: dict[str, Any], client_info: dict[str, Any], log_level: str | None
 ) -> dict[str, Any]:

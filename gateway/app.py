@@ -81,6 +81,7 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
         mgp=gw.mgp.server,
         listen_admission=ListenAdmission(gw.chain, gw.catalog, gw.subscriptions, router),
         limits=limits,
+        parked=gw.parked_routing,
     )
 
     def mcp_door(view_of: Callable[[Any], View | None]) -> StreamableHttpDoor:
@@ -188,7 +189,10 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.gateway = gw
-    return FastPath(app, {"/mcp": mcp_fed}, OriginGuard(gw.config))
+    served = FastPath(app, {"/mcp": mcp_fed}, OriginGuard(gw.config))
+    if gw.owner_relay is not None:
+        gw.owner_relay.app = served  # requests other replicas relay here run through the same app
+    return served
 
 
 def front_doors(base: str, config: Config) -> list[str]:

@@ -28,8 +28,10 @@ from gateway.mgp.access_store import BusAccessStore
 from gateway.mgp.assembly import assemble as assemble_mgp
 from gateway.mgp.lifecycle import Lifecycle
 from gateway.mrtr import Parking
+from gateway.replicas.owner_relay import OwnerRelay, ParkedRouting
 from gateway.replicas.records import apply as apply_record, credentials_of, initialize_params
 from gateway.replicas.shared_sessions import LocalSessions, SharedSessions
+from gateway.replicas.state_key import shared_state_key
 from gateway.routing import Router
 from gateway.routing.backend_events import BackendEvents
 from gateway.routing.catalog import Catalog
@@ -126,7 +128,12 @@ class Gateway:
             else LocalSessions(self.sessions)
         )
         self.load = LoadPolicy(config.limits.max_sessions, config.limits.max_inflight_per_session)
-        self.parking = Parking(config.limits.client_request_timeout_s)
+        self.parking = Parking(config.limits.client_request_timeout_s, replica=self.replica)
+        # A retry of a call parked on another replica is run there (gateway/replicas/owner_relay.py).
+        self.owner_relay = OwnerRelay(self.bus, self.replica) if config.bus.kind == "redis" else None
+        self.parked_routing = (
+            ParkedRouting(self.parking.owner_of, self.owner_relay) if self.owner_relay is not None else None
+        )
         names = tuple(config.backends)
         fed = config.federation
         self.federated = View("*", names, Namer(fed.prefix, fed.separator, names))
@@ -304,6 +311,11 @@ class Gateway:
         self.mgp.start()
         self.sessions.start()
         await self.shared_sessions.start()
+        if self.owner_relay is not None:
+            key = await shared_state_key(self.bus)
+            if key is not None:
+                self.parking.use_key(key)
+            await self.owner_relay.start()
         self.topic_backends.start()
 
     async def stop(self) -> None:
@@ -312,6 +324,8 @@ class Gateway:
         self.parking.close()
         await self.topic_backends.stop()
         await self.shared_sessions.stop()
+        if self.owner_relay is not None:
+            await self.owner_relay.stop()
         await self.sessions.stop()
         await asyncio.gather(*(conn.close() for conn in self.connections.values()), return_exceptions=True)
         await self.affinity.close()

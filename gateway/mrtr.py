@@ -103,9 +103,10 @@ class Parked:
 
 
 class Parking:
-    def __init__(self, ttl_s: float, key: bytes | None = None) -> None:
+    def __init__(self, ttl_s: float, key: bytes | None = None, replica: str = "") -> None:
         self._ttl = ttl_s
         self._signer = StateSigner(key)
+        self.replica = replica  # named in every parked state: the one replica that can resume it
         self._parked: dict[str, Parked] = {}
         self._ids = itertools.count(1)
 
@@ -128,7 +129,23 @@ class Parking:
         parked.keys, parked.requests = keys, requests
         parked.expiry = asyncio.get_running_loop().call_later(self._ttl, self._expire, parked.id)
         self._parked[parked.id] = parked
-        return self._signer.sign(_PARKED, {"p": parked.id, "u": principal, "e": time.time() + self._ttl})
+        body = {"p": parked.id, "u": principal, "e": time.time() + self._ttl, "r": self.replica}
+        return self._signer.sign(_PARKED, body)
+
+    def use_key(self, key: bytes) -> None:
+        """Sign and verify with the deployment's key (many replicas: gateway/replicas/state_key.py)."""
+        self._signer = StateSigner(key)
+
+    def owner_of(self, token: Any) -> str | None:
+        """The replica a parked state names (read, not verified: the owner verifies it), or None."""
+        if not isinstance(token, str) or not token.startswith(f"{_PARKED}.") or token.count(".") != 2:
+            return None
+        try:
+            body = orjson.loads(_unb64(token.split(".")[1]))
+        except (ValueError, orjson.JSONDecodeError):
+            return None
+        owner = body.get("r") if isinstance(body, dict) else None
+        return owner if isinstance(owner, str) and owner else None
 
     def resume(self, token: Any, principal: str, backend: str, method: str) -> Parked:
         kind, body = self._signer.verify(token, principal)

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from gateway.config import Limits
     from gateway.federation import View
     from gateway.mgp.server import MgpServer
+    from gateway.replicas.owner_relay import ParkedRouting
     from gateway.routing.catalog import Catalog
     from gateway.routing.router import Identity
     from gateway.sessions import SessionStore
@@ -82,6 +83,7 @@ class ModernExchange:
         mgp: MgpServer,
         listen_admission: ListenAdmission,
         limits: Limits,
+        parked: ParkedRouting | None = None,
     ) -> None:
         self._desk = desk
         self._sessions = sessions
@@ -90,6 +92,7 @@ class ModernExchange:
         self._mgp = mgp
         self._listen_admission = listen_admission
         self._limits = limits
+        self._parked = parked  # many replicas: a retry of a call parked on another replica runs there
 
     async def handle(
         self,
@@ -136,6 +139,9 @@ class ModernExchange:
             return
         if method == "subscriptions/listen":
             await self._listen(scope, receive, send, view, message, envelope, credentials)
+            return
+        if self._parked is not None and (owner := self._parked.owner(scope, message)) is not None:
+            await self._parked.forward(owner, scope, message, send)
             return
         if method == "tools/call":
             try:

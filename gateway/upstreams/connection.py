@@ -310,6 +310,10 @@ class BackendConnection:
         client_token = MISSING
         if params is not None:
             meta = params.get("_meta")
+            if isinstance(meta, dict) and self.era != "modern" and not mcp_modern.ENVELOPE_KEYS.isdisjoint(meta):
+                # A modern client's envelope is for the gateway: a handshake-era server refuses it.
+                meta = mcp_modern.without_envelope(meta)
+                params = {**params, "_meta": meta}
             if isinstance(meta, dict) and "progressToken" in meta:
                 client_token = meta["progressToken"]
                 # Clients choose tokens independently; the upstream id is unique on this connection.

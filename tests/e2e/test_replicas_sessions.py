@@ -135,3 +135,29 @@ async def test_an_elicitation_answered_through_another_replica_reaches_the_waiti
             assert not result.is_error and "ada" in texts(result)
     assert asked == ["who are you?", "who are you?"]
     assert set(served(two)[before:]) == {0, 1}
+
+
+@pytest.mark.parametrize("mode", ["2026-07-28", "auto"])
+async def test_a_modern_client_answers_an_elicitation_parked_on_another_replica(two: Replicas, mode: str) -> None:
+    """A legacy stdio backend asks; the gateway parks its call and hands the client a requestState; the
+    client's retry lands on the other replica, which runs it on the owner through the bus."""
+    asked: list[str] = []
+
+    async def on_elicit(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"username": "ada", "email": "ada@example.com"})
+
+    steps: list[float] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        steps.append(value)
+
+    async with Client(two.mcp, mode=mode, elicitation_callback=on_elicit, read_timeout_seconds=20) as client:
+        assert "test_elicitation" in {t.name for t in (await client.list_tools()).tools}
+        for _ in range(3):
+            result = await client.call_tool("test_elicitation", {"message": "who are you?"})
+            assert not result.is_error and "ada" in texts(result)
+        await client.call_tool("test_tool_with_progress", {}, progress_callback=on_progress)
+    assert asked == ["who are you?"] * 3
+    assert steps == [0.0, 50.0, 100.0]
+    assert any("relayed by replica" in gw.log() for gw in two.gateways), "a retry ran on its owner"
