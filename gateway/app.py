@@ -81,7 +81,7 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
         mgp=gw.mgp.server,
         listen_admission=ListenAdmission(gw.chain, gw.catalog, gw.subscriptions, router),
         limits=limits,
-        parked=gw.parked_routing,
+        parked=gw.replicas.parked,
     )
 
     def mcp_door(view_of: Callable[[Any], View | None]) -> StreamableHttpDoor:
@@ -93,7 +93,7 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
             limits=limits,
             metrics=counters,
             modern=modern,
-            shared=gw.shared_sessions,
+            shared=gw.replicas.sessions,
         )
 
     def sse_door(view_of: Callable[[Any], View | None], messages_path: Callable[[Any], str]) -> LegacySseDoor:
@@ -105,7 +105,7 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
             sessions=sessions,
             limits=limits,
             metrics=counters,
-            shared=gw.shared_sessions,
+            shared=gw.replicas.sessions,
         )
 
     def ws_door(view_of: Callable[[Any], View | None]) -> WebSocketDoor:
@@ -159,6 +159,7 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
         catalogs=gw.catalogs,
         mgp=gw.mgp.kernel,
         registry=gw.mgp.registry,
+        share_principal=gw.replicas.principals.share if gw.replicas.principals is not None else None,
     )
     routes = [
         *admin.routes(),
@@ -190,8 +191,7 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.gateway = gw
     served = FastPath(app, {"/mcp": mcp_fed}, OriginGuard(gw.config))
-    if gw.owner_relay is not None:
-        gw.owner_relay.app = served  # requests other replicas relay here run through the same app
+    gw.replicas.serve(served)  # requests other replicas relay here run through the same app
     return served
 
 

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import secrets
-import socket
 import time
 from functools import partial
 from typing import Any
@@ -15,7 +12,8 @@ from adapters import mcpl
 from adapters.mgp import strip as mgp_strip
 from gateway import __version__, jsonrpc
 from gateway.audit import AuditLog
-from gateway.bus import Bus, make_bus
+from gateway.bus import Bus
+from gateway.bus.configured import bus_from_config
 from gateway.config import Backend as BackendConfig, Config
 from gateway.eras import EraBridge
 from gateway.federation import BackendCatalog, Namer, View
@@ -28,10 +26,8 @@ from gateway.mgp.access_store import BusAccessStore
 from gateway.mgp.assembly import assemble as assemble_mgp
 from gateway.mgp.lifecycle import Lifecycle
 from gateway.mrtr import Parking
-from gateway.replicas.owner_relay import OwnerRelay, ParkedRouting
+from gateway.replicas.assembly import Replicas, replica_id
 from gateway.replicas.records import apply as apply_record, credentials_of, initialize_params
-from gateway.replicas.shared_sessions import LocalSessions, SharedSessions
-from gateway.replicas.state_key import shared_state_key
 from gateway.routing import Router
 from gateway.routing.backend_events import BackendEvents
 from gateway.routing.catalog import Catalog
@@ -77,7 +73,10 @@ class Gateway:
     def __init__(self, config: Config, bus: Bus | None = None) -> None:
         self.config = config
         self.metrics = Metrics()
-        self.bus = bus or make_bus(config.bus.kind, config.bus.url, config.bus.prefix)
+        self.bus = bus or bus_from_config(config.bus)
+        # Redis away: replicas serve what they can locally (gateway/bus/), /metrics and /readyz say so.
+        self.bus.on_health(lambda up, _problem: self.metrics.bus_up.set(1 if up else 0))
+        self.metrics.watch_bus(self.bus.stats)
         self.audit = AuditLog(config.audit, self.metrics)
         # MGP §5: one access table for calls, lists and the mgp/access/* methods (gateway/mgp/access_methods.py).
         # Runtime grants and revocations go through the bus: every replica agrees (gateway/mgp/access_store.py).
@@ -119,20 +118,21 @@ class Gateway:
         self._jwt_cache: dict[str, Credentials] = {}
         self._principals: dict[Credentials, Principal] = {}
         self.sessions = SessionStore(config.limits, self._session_ended)
-        # Many replicas (gateway/replicas/): legacy sessions shared through the Redis bus; one replica
-        # (the memory bus) keeps them here only, at no cost.
-        self.replica = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
-        self.shared_sessions: SharedSessions | LocalSessions = (
-            SharedSessions(self.bus, self.sessions, self._restore_session, self.replica, config.limits.session_idle_s)
-            if config.bus.kind == "redis"
-            else LocalSessions(self.sessions)
-        )
         self.load = LoadPolicy(config.limits.max_sessions, config.limits.max_inflight_per_session)
-        self.parking = Parking(config.limits.client_request_timeout_s, replica=self.replica)
-        # A retry of a call parked on another replica is run there (gateway/replicas/owner_relay.py).
-        self.owner_relay = OwnerRelay(self.bus, self.replica) if config.bus.kind == "redis" else None
-        self.parked_routing = (
-            ParkedRouting(self.parking.owner_of, self.owner_relay) if self.owner_relay is not None else None
+        replica = replica_id()
+        self.parking = Parking(config.limits.client_request_timeout_s, replica=replica)
+        # Many replicas (gateway/replicas/): with the Redis bus, legacy sessions, parked calls, the
+        # requestState key and admin changes are shared; the memory bus keeps them here, at no cost.
+        self.replicas = Replicas(
+            shared=config.bus.kind == "redis",
+            replica=replica,
+            bus=self.bus,
+            store=self.sessions,
+            restore=self._restore_session,
+            session_ttl_s=config.limits.session_idle_s,
+            parking=self.parking,
+            principals=self.principals,
+            principals_changed=self.principals_changed,
         )
         names = tuple(config.backends)
         fed = config.federation
@@ -195,7 +195,7 @@ class Gateway:
             speaks_changed=self.mcpl.mcpc_backend,
         )
         self.mgp.streams.cancels_held(self.mcpc.calls.cancel)
-        shared = self.shared_sessions if isinstance(self.shared_sessions, SharedSessions) else None
+        shared = self.replicas.shared
         self.client_messages = ClientMessages(
             self.connections,
             self.subscriptions,
@@ -253,7 +253,12 @@ class Gateway:
         for name in names:
             self.metrics.backend_up.labels(name).set(0)
         # MCPx topics (gateway/mcpx/: the door is door.py); backends may sit in them as participants.
-        self.topics = TopicHub(config.mcpx.max_participants_per_topic, tuple(config.mcpx.topics))
+        # With a shared bus a topic spans the replicas (ADR 0015); the memory bus keeps it in this process.
+        self.topics = TopicHub(
+            config.mcpx.max_participants_per_topic,
+            tuple(config.mcpx.topics),
+            bus=self.bus if config.bus.kind != "memory" else None,
+        )
         self.topic_backends = BackendParticipants(
             config.mcpx,
             topics=self.topics,
@@ -310,12 +315,7 @@ class Gateway:
             await conn.start()
         self.mgp.start()
         self.sessions.start()
-        await self.shared_sessions.start()
-        if self.owner_relay is not None:
-            key = await shared_state_key(self.bus)
-            if key is not None:
-                self.parking.use_key(key)
-            await self.owner_relay.start()
+        await self.replicas.start()
         self.topic_backends.start()
 
     async def stop(self) -> None:
@@ -323,9 +323,7 @@ class Gateway:
         await self.mcpc.stop()
         self.parking.close()
         await self.topic_backends.stop()
-        await self.shared_sessions.stop()
-        if self.owner_relay is not None:
-            await self.owner_relay.stop()
+        await self.replicas.stop()
         await self.sessions.stop()
         await asyncio.gather(*(conn.close() for conn in self.connections.values()), return_exceptions=True)
         await self.affinity.close()
@@ -347,7 +345,11 @@ class Gateway:
             for name, conn in self.connections.items()
         }
         ready = all(conn.state == "ready" for conn in self.connections.values() if conn.config.required)
-        return ready, {"ready": ready, "backends": backends, "sessions": len(self.sessions)}
+        # Every replica shares the one Redis: a 503 on all of them at once would take the whole
+        # deployment out of service, so an outage is reported, and decides only with bus.required.
+        bus = {"kind": self.config.bus.kind, "healthy": self.bus.healthy, "problem": self.bus.problem}
+        ready = ready and (self.bus.healthy or not self.config.bus.required)
+        return ready, {"ready": ready, "backends": backends, "sessions": len(self.sessions), "bus": bus}
 
     # ---- sessions ----------------------------------------------------------------------------
 
@@ -407,8 +409,7 @@ class Gateway:
         session = self.sessions.create(transport, view, self.principal_of(credentials))
         session.credentials = credentials
         self.metrics.sessions.labels(transport).inc()
-        if isinstance(self.shared_sessions, SharedSessions):
-            self.shared_sessions.created(session)
+        self.replicas.created(session)
         return session
 
     def _restore_session(self, session_id: str, record: dict[str, Any]) -> ClientSession | None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -119,12 +121,19 @@ class Metrics:
             ["kind", "outcome"],
             registry=r,
         )
+        self.bus_up = Gauge(
+            "switchboard_bus_up", "1 while the bus's Redis answers (the memory bus: always 1).", registry=r
+        )
         self.mcpl_hook_seconds = Histogram(
             "switchboard_mcpl_hook_seconds",
             "Time one backend took to answer a context hook.",
             ["hook"],
             registry=r,
         )
+
+    def watch_bus(self, stats: Callable[[], Mapping[str, int]]) -> None:
+        """``switchboard_bus_degraded_total{kind}``: bus operations served locally while Redis was away."""
+        self.registry.register(_BusStats(stats))
 
     def observe_request(self, method: str, backend: str, outcome: str, seconds: float | None) -> None:
         """Count one handled request (and its latency); label children are cached, as label lookup
@@ -140,3 +149,18 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _BusStats:
+    """A collector of the bus's own counters (read when scraped)."""
+
+    def __init__(self, stats: Callable[[], Mapping[str, int]]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "switchboard_bus_degraded", "Bus operations while Redis was away, by kind.", labels=["kind"]
+        )
+        for kind, value in self._stats().items():
+            family.add_metric([kind], value)
+        yield family

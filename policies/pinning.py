@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from gateway.bus.base import BusUnavailable
 from gateway.errors import TOOL_PINNED
 from gateway.events import Event
 from policies.chain import Decision, Outcome, Stage, Target
@@ -87,7 +88,11 @@ class PinStore:
         for tool in tools:
             name = tool.get("name") if isinstance(tool, dict) else None
             if isinstance(name, str):
-                await self._observe_one(backend, name, fingerprint(tool))
+                try:
+                    await self._observe_one(backend, name, fingerprint(tool))
+                except BusUnavailable:
+                    # Redis away: the pins known here stand (a list must not fail); noted when it is back.
+                    self._current.pop((backend, name), None)
 
     async def _observe_one(self, backend: str, name: str, current: str) -> None:
         key = (backend, name)

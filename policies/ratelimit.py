@@ -10,9 +10,10 @@ patterns match bare names, so ``*`` matches any run, ``:`` included (unlike capa
 The tool bucket is taken first: a client hammering one tool past its limit is refused there and
 does not drain the principal bucket its other calls need.
 
-Fail-open: when the bus cannot answer (Redis down or slow), the request is allowed and a warning is
-logged at most once a minute. Rate limits protect capacity; refusing every request because the
-counter store is away would turn a Redis outage into a gateway outage.
+Redis away: the bus takes from a local bucket of this replica instead (gateway/bus/fallback.py), so
+limits hold per replica during an outage; should the bus still fail, the request is allowed and a
+warning is logged at most once a minute. Rate limits protect capacity; refusing every request because
+the counter store is away would turn a Redis outage into a gateway outage.
 """
 
 from __future__ import annotations

@@ -12,10 +12,12 @@ decision is the policy chain's (``policies.feature_sets``, ``policies.hook_infer
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from gateway import jsonrpc
 from gateway.bus import Bus
+from gateway.bus.base import BusUnavailable
 from gateway.mcpl.directory import McplDirectory
 from gateway.mcpl.plumbing import McplAudit, Peers, backend_principal, backend_request
 from gateway.mcpl.state import RelayState, exposed
@@ -108,8 +110,10 @@ class ServerRequests:
             )
             first = next((a for a in accepted if isinstance(a.get("inferenceId"), str)), accepted[0])
             return {"accepted": True, **({"inferenceId": first["inferenceId"]} if "inferenceId" in first else {})}
-        # Nobody took it: forget the claim so that the server's retry with the same eventId is delivered.
-        await self._bus.delete(key)
+        # Nobody took it: forget the claim so that the server's retry with the same eventId is delivered
+        # (with Redis away the claim was local and is gone already; the shared one expires).
+        with contextlib.suppress(BusUnavailable):
+            await self._bus.delete(key)
         reasons = [a.get("reason") for a in answers if isinstance(a, dict) and isinstance(a.get("reason"), str)]
         reasons += [e.message for e in answers if isinstance(e, jsonrpc.RpcError)]
         reason = reasons[0] if reasons else "no host session accepts push events"

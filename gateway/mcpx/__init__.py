@@ -4,4 +4,7 @@
 - ``door.py``: the WebSocket door ``/ws?topic=``: authentication, envelope checks, the outbox
 - ``bridge.py``: MCP backends as topic participants (a request addressed to one becomes a call)
 - ``api.py``: ``/v0.1/topics``, dev tokens, capability promotion
+- ``span.py``: one topic across replicas through the bus (ADR 0015)
+- ``registry.py``: the shared registry of participants behind it, with replica liveness
+- ``mirror.py``: this replica's view of the other replicas' participants, and presence from it
 """

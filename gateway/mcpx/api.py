@@ -81,22 +81,23 @@ class McpxApi:
         remove = body.get("remove", []) if isinstance(body, dict) else None
         if not (isinstance(add, list) and isinstance(remove, list) and all(isinstance(c, str) for c in add + remove)):
             return error_response(400, "body must be {add: [patterns], remove: [patterns]}")
-        live = self._topics.find(participant_id)
+        live = await self._topics.locate(participant_id)
         if not live:
             return error_response(404, f"participant {participant_id!r} is not connected")
-        old = live[0][1].capabilities
+        _, old_patterns, old_described = live[0]
         # The admin's word replaces any narrowing the token carried: promotion must be able to grant.
-        patterns = [p for p in old.patterns if p not in remove] + [p for p in add if p not in old.patterns]
+        patterns = [p for p in old_patterns if p not in remove] + [p for p in add if p not in old_patterns]
         new = CapabilitySet(patterns)
-        topics = [topic.name for topic, _ in live]
-        self._topics.set_capabilities(participant_id, new)
+        topics = [topic for topic, _, _ in live]
+        # Applied wherever the participant is connected, this replica or another (ADR 0015).
+        await self._topics.change_capabilities(participant_id, new)
         self._audit.record(
             "participant_capabilities_changed", principal=participant_id, topics=topics, capabilities=patterns
         )
         return JSONResponse(
             {
                 "participantId": participant_id,
-                "oldCapabilities": old.describe(),
+                "oldCapabilities": old_described,
                 "newCapabilities": new.describe(),
                 "modifiedBy": "admin",
                 "modifiedAt": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
@@ -159,11 +160,7 @@ class McpxApi:
         refused, bound = self._reader_topic(request)
         if refused is not None:
             return refused
-        topics = [
-            {"name": t.name, "participants": len(t.participants), "configured": t.configured}
-            for t in self._topics
-            if bound is None or t.name == bound
-        ]
+        topics = [t for t in await self._topics.listing() if bound is None or t["name"] == bound]
         return JSONResponse({"topics": topics})
 
     async def list_participants(self, request: Request) -> Response:
@@ -171,9 +168,7 @@ class McpxApi:
         if refused is not None:
             return refused
         name = request.path_params["topic"]
-        topic = self._topics.get(name)
-        if topic is None or (bound is not None and bound != name):
+        participants = await self._topics.roster(name)
+        if participants is None or (bound is not None and bound != name):
             return error_response(404, f"no topic {name!r}")
-        return JSONResponse(
-            {"topic": name, "participants": [dict(p.entry(), mode=p.mode) for p in topic.participants.values()]}
-        )
+        return JSONResponse({"topic": name, "participants": participants})

@@ -9,8 +9,13 @@ proposer too (§3.2.1). Being the receiving participant, the bridge always check
 matches the payload (§4.3): a capability for ``tools/call:echo`` must not run another tool.
 
 At most ``mcpx.max_inflight_per_backend`` topic calls run at once per backend participant; more are
-answered at once with a "busy" error. The bridge is given what it uses (backend connections and
-catalogs, the topic hub, the chain, audit), not the whole gateway.
+answered at once with a "busy" error.
+
+Many replicas (ADR 0015): every replica's bridge tries to join its backends, but a participant id
+has one registry entry over all replicas, so exactly one bridge holds each backend participant and
+answers its calls; the others stand by (retrying every beat) and take over when that entry goes
+(the holder's backend went down, or its replica stopped beating). The bridge is given what it uses
+(backend connections and catalogs, the topic hub, the chain, audit), not the whole gateway.
 """
 
 from __future__ import annotations
@@ -87,6 +92,8 @@ class BackendParticipants:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        # The backends' leaves are written to the shared registry before the bus closes (ADR 0015).
+        await self._topics.close()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -106,17 +113,27 @@ class BackendParticipants:
     async def _attend(self, topic: str, name: str, capabilities: CapabilitySet) -> None:
         """Join while the backend is up, leave while it is down, forever (until stopped)."""
         conn = self._connections[name]
+        standing_by = False
         while True:
             if not await conn.wait_ready(_READY_POLL_S):
                 continue
             participant = Participant(name, capabilities, self._deliverer(topic, name), "directed")
             participant.tools = await self._tools(name)
             try:
-                self._topics.join(topic, participant)
+                await self._topics.enter(topic, participant)
             except JoinRefused as exc:
+                if self._topics.span is not None and exc.code == 1008:
+                    # Another replica's bridge holds this backend's entry: it answers the topic's
+                    # calls; this one stands by and takes over when that entry goes (ADR 0015).
+                    if not standing_by:
+                        log.info("MCPx: backend %s stands by in topic %s (%s)", name, topic, exc.reason)
+                    standing_by = True
+                    await asyncio.sleep(self._topics.span.beat_s)
+                    continue
                 log.error("MCPx: backend %s cannot join topic %s: %s", name, topic, exc.reason)
                 await asyncio.sleep(_READY_POLL_S)
                 continue
+            standing_by = False
             log.info("MCPx: backend %s joined topic %s with %d tool(s)", name, topic, len(participant.tools))
             catalog = self._catalogs[name]
             generation = catalog.generation

@@ -164,7 +164,7 @@ class McpxDoor:
         )
         await ws.accept()
         try:
-            topic = self._topics.join(topic_name, participant)
+            topic = await self._topics.enter(topic_name, participant)
         except JoinRefused as exc:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(_CLOSE_WAIT_S):
@@ -263,7 +263,7 @@ class McpxDoor:
         self._metrics.mcpx_envelopes.labels("routed").inc()
         self._metrics.mcpx_deliveries.inc(delivered)
         to = envelope.get("to")
-        missing = [r for r in to if r not in topic.participants] if isinstance(to, list) else []
+        missing = [r for r in to if not topic.has(r)] if isinstance(to, list) else []
         if missing:
             # Delivered to whoever is there; the sender learns who was not (no silent loss).
             self._topics.send(

@@ -6,7 +6,11 @@ consumer; it is removed from the topic and told why (``on_drop``) instead of sta
 everyone else. Envelopes from participants are forwarded as the exact text received (§8.1: preserve
 the envelope without modification); the gateway's own envelopes are serialized once per send.
 
-One replica only: topics live in this process (see docs/adr for the multi-replica plan via the bus).
+Many replicas (ADR 0015): given a shared bus, the hub joins through a ``ReplicaSpan``
+(gateway/mcpx/span.py): admission is a claim in the shared registry (ids and the per-topic limit hold
+over all replicas), welcomes list the participants of every replica (``Topic.remote``), and routed
+envelopes are published for the other replicas, which route them to their own participants with the
+same rules. Without a bus (one replica) the hub is exactly the in-process hub it always was.
 """
 
 from __future__ import annotations
@@ -16,12 +20,17 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
 from adapters import mcpx
+from gateway.mcpx.span import DEFAULT_TTL_S, ReplicaSpan, SpanUnavailable
 from policies.patterns import CapabilitySet
+
+if TYPE_CHECKING:
+    from gateway.bus.base import Bus
+    from gateway.mcpx.registry import Entry
 
 log = logging.getLogger(__name__)
 
@@ -66,17 +75,45 @@ class Topic:
     participants: dict[str, Participant] = field(default_factory=dict)
     # proposal envelope id -> proposer id, oldest first (bounded)
     proposals: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    remote: dict[str, Entry] = field(default_factory=dict)  # participants on other replicas (ADR 0015)
+    joining: int = 0  # joins waiting on the shared registry: the topic must not be dropped under them
+
+    def has(self, participant_id: str) -> bool:
+        """In the topic, on this replica or another."""
+        return participant_id in self.participants or participant_id in self.remote
+
+    def others(self, participant: Participant) -> list[dict[str, Any]]:
+        """Everyone but ``participant``, as its welcome lists them: this replica's, then the others'."""
+        local = [p.entry() for p in self.participants.values() if p is not participant]
+        remote = sorted(self.remote.values(), key=lambda e: float(e.data.get("joined_at") or 0))
+        return local + [e.public() for e in remote if e.id != participant.id]
 
     def proposer_of(self, proposal_id: str | None) -> str | None:
         return self.proposals.get(proposal_id) if proposal_id else None
 
 
 class TopicHub:
-    def __init__(self, max_participants: int, configured: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        max_participants: int,
+        configured: tuple[str, ...] = (),
+        bus: Bus | None = None,
+        ttl_s: float = DEFAULT_TTL_S,
+    ) -> None:
+        """``bus``: a bus shared with other replicas (topics span them); None for one replica."""
         self._max = max_participants
         self._configured = frozenset(configured)
         self._topics: dict[str, Topic] = {name: Topic(name, True) for name in configured}
         self.delivered = 0  # envelopes handed to recipients, for metrics and the benchmark
+        self.span = ReplicaSpan(self, bus, ttl_s) if bus is not None else None
+
+    @property
+    def shared(self) -> bool:
+        return self.span is not None
+
+    async def close(self) -> None:
+        if self.span is not None:
+            await self.span.close()
 
     # ---- membership --------------------------------------------------------------------------
 
@@ -86,25 +123,69 @@ class TopicHub:
     def __iter__(self) -> Iterator[Topic]:
         return iter(list(self._topics.values()))
 
-    def join(self, topic_name: str, participant: Participant) -> Topic:
-        """Admit; the joiner gets ``system/welcome`` first, then the others get ``system/presence``."""
+    def _duplicate(self, topic: Topic, participant: Participant) -> JoinRefused:
+        self._drop_if_empty(topic)
+        return JoinRefused(1008, f"participant {participant.id!r} is already connected to topic {topic.name!r}")
+
+    def _full(self, topic: Topic) -> JoinRefused:
+        self._drop_if_empty(topic)
+        return JoinRefused(1013, f"topic {topic.name!r} is full ({self._max} participants)")
+
+    def _topic_for(self, topic_name: str, participant: Participant) -> Topic:
         if participant.id.startswith("system:"):
             raise JoinRefused(1008, "participant ids starting with 'system:' are reserved")
         topic = self._topics.get(topic_name)
         if topic is None:
             topic = self._topics[topic_name] = Topic(topic_name, topic_name in self._configured)
         if participant.id in topic.participants:
-            self._drop_if_empty(topic)
-            raise JoinRefused(1008, f"participant {participant.id!r} is already connected to topic {topic_name!r}")
+            raise self._duplicate(topic, participant)
+        return topic
+
+    def join(self, topic_name: str, participant: Participant) -> Topic:
+        """Admit on this replica alone; the joiner gets ``system/welcome`` first, then the others get
+        ``system/presence``. With a shared bus, use ``enter``."""
+        if self.span is not None:
+            raise RuntimeError("a hub spanning replicas admits through enter(), which asks the registry")
+        topic = self._topic_for(topic_name, participant)
         if len(topic.participants) >= self._max:
+            raise self._full(topic)
+        self._admitted(topic, participant)
+        return topic
+
+    async def enter(self, topic_name: str, participant: Participant) -> Topic:
+        """Admit, on every replica's terms when the bus is shared (``join`` otherwise)."""
+        if self.span is None:
+            return self.join(topic_name, participant)
+        topic = self._topic_for(topic_name, participant)
+        topic.joining += 1
+        try:
+            refusal = await self.span.admit(topic, participant, self._max)
+        except SpanUnavailable as exc:
+            log.warning("MCPx: join of %s to %s refused, bus unavailable: %s", participant.id, topic_name, exc)
+            refusal = "unavailable"
+        except BaseException:  # cancelled (the gateway stops): leave nothing behind
+            topic.joining -= 1
+            self.span.unlink_if_idle(topic)
             self._drop_if_empty(topic)
-            raise JoinRefused(1013, f"topic {topic_name!r} is full ({self._max} participants)")
-        others = [p.entry() for p in topic.participants.values()]
+            raise
+        topic.joining -= 1
+        if refusal is not None:
+            self.span.unlink_if_idle(topic)
+            if refusal == "full":
+                raise self._full(topic)
+            if refusal == "exists":
+                raise self._duplicate(topic, participant)
+            self._drop_if_empty(topic)
+            raise JoinRefused(1013, "topics are unavailable, try again later")
+        self._admitted(topic, participant)
+        self.span.joined(topic, participant)
+        return topic
+
+    def _admitted(self, topic: Topic, participant: Participant) -> None:
         # Welcome before joining the topic: nothing routed can reach the joiner ahead of it.
-        self._send(topic, participant, mcpx.welcome(participant.entry(), others))
+        self._send(topic, participant, mcpx.welcome(participant.entry(), topic.others(participant)))
         topic.participants[participant.id] = participant
         self._broadcast_gateway(topic, mcpx.presence("join", participant.entry()), exclude=participant.id)
-        return topic
 
     def reannounce(self, topic_name: str, participant: Participant) -> None:
         """A participant's description changed (a backend's tools): presence has only join and
@@ -112,6 +193,8 @@ class TopicHub:
         topic = self._topics.get(topic_name)
         if topic is not None and topic.participants.get(participant.id) is participant:
             self._broadcast_gateway(topic, mcpx.presence("join", participant.entry()), exclude=participant.id)
+            if self.span is not None:
+                self.span.changed(topic, participant)
 
     def leave(self, topic_name: str, participant: Participant) -> None:
         topic = self._topics.get(topic_name)
@@ -120,10 +203,16 @@ class TopicHub:
             return
         del topic.participants[participant.id]
         self._broadcast_gateway(topic, mcpx.presence("leave", {"id": participant.id}))
+        if self.span is not None:
+            self.span.left(topic, participant)
         self._drop_if_empty(topic)
 
+    def announce(self, topic: Topic, event: str, entry: dict[str, Any]) -> None:
+        """Presence of a participant of another replica, to this replica's participants."""
+        self._broadcast_gateway(topic, mcpx.presence(event, entry))
+
     def _drop_if_empty(self, topic: Topic) -> None:
-        if not topic.participants and not topic.configured:
+        if not topic.participants and not topic.configured and not topic.joining:
             self._topics.pop(topic.name, None)
 
     def find(self, participant_id: str) -> list[tuple[Topic, Participant]]:
@@ -138,15 +227,70 @@ class TopicHub:
         """Apply new capabilities to every live connection of the participant and welcome it again."""
         changed = self.find(participant_id)
         for topic, participant in changed:
-            participant.capabilities = capabilities
-            others = [p.entry() for p in topic.participants.values() if p is not participant]
-            self._send(topic, participant, mcpx.welcome(participant.entry(), others))
+            self.apply_capabilities(topic, participant, capabilities)
         return len(changed)
+
+    def apply_capabilities(self, topic: Topic, participant: Participant, capabilities: CapabilitySet) -> None:
+        participant.capabilities = capabilities
+        self._send(topic, participant, mcpx.welcome(participant.entry(), topic.others(participant)))
+        if self.span is not None:
+            self.span.changed(topic, participant)
+
+    # ---- participants on any replica (the REST API) ------------------------------------------
+
+    async def locate(self, participant_id: str) -> list[tuple[str, tuple[str, ...], list[str]]]:
+        """(topic, capability patterns, capabilities as shown) of every connection of a participant."""
+        if self.span is None:
+            return [(t.name, p.capabilities.patterns, p.capabilities.describe()) for t, p in self.find(participant_id)]
+        return [
+            (name, tuple(e.data.get("patterns") or ()), list(e.data.get("capabilities") or ()))
+            for name, e in await self.span.locate(participant_id)
+        ]
+
+    async def change_capabilities(self, participant_id: str, capabilities: CapabilitySet) -> None:
+        """Wherever it is connected: here at once, on another replica through the topic's channel."""
+        if self.span is None:
+            self.set_capabilities(participant_id, capabilities)
+            return
+        for name, entry in await self.span.locate(participant_id):
+            await self.span.set_capabilities(name, entry, capabilities)
+
+    async def listing(self) -> list[dict[str, Any]]:
+        """Topics with their participant counts, over all replicas."""
+        if self.span is None:
+            return [{"name": t.name, "participants": len(t.participants), "configured": t.configured} for t in self]
+        names = list(dict.fromkeys([*self._configured, *await self.span.topics()]))
+        counts = {name: len(await self.span.roster(name)) for name in names}
+        return [
+            {"name": n, "participants": counts[n], "configured": n in self._configured}
+            for n in names
+            if counts[n] or n in self._configured
+        ]
+
+    async def roster(self, name: str) -> list[dict[str, Any]] | None:
+        """Participants of a topic (with their mode) over all replicas; None when there is no such topic."""
+        if self.span is None:
+            topic = self._topics.get(name)
+            return None if topic is None else [dict(p.entry(), mode=p.mode) for p in topic.participants.values()]
+        entries = await self.span.roster(name)
+        if not entries and name not in self._configured:
+            return None
+        return [dict(e.public(), mode=e.data.get("mode", "all")) for e in entries]
 
     # ---- delivery ----------------------------------------------------------------------------
 
     def route(self, topic: Topic, sender: str, envelope: dict[str, Any], raw: str | None = None) -> int:
-        """Deliver an admitted envelope; returns how many received it. The sender never gets it back."""
+        """Deliver an admitted envelope; returns how many received it. The sender never gets it back.
+        With a shared bus, the other replicas deliver it to theirs."""
+        text = raw if raw is not None else orjson.dumps(envelope).decode()
+        count = self.relay(topic, sender, envelope, text)
+        if self.span is not None:
+            self.span.routed(topic, sender, text)
+        return count
+
+    def relay(self, topic: Topic, sender: str, envelope: dict[str, Any], raw: str | None = None) -> int:
+        """Deliver to this replica's participants only (what ``route`` does here, and what it asks of
+        the other replicas)."""
         kind = envelope.get("kind", "")
         if kind.startswith("mcp/proposal:") and isinstance(envelope.get("id"), str):
             topic.proposals[envelope["id"]] = sender

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.bus import Bus
+from gateway.bus.base import BusUnavailable
 from policies.mgp_access import AccessEntry, EntryKey
 
 log = logging.getLogger(__name__)
@@ -89,10 +90,11 @@ class BusAccessStore:
 
     async def _append(self, op: bytes) -> None:
         number = await self._bus.incr(_SEQ)
-        self._own.add(number)
         await self._bus.set(f"{_OP}{number}", op)
+        self._own.add(number)  # stored: from here on it is acknowledged
         await self._bus.publish(_CHANNEL, str(number).encode())
-        await self.catch_up()  # ours applies now, in order after any earlier one
+        with contextlib.suppress(BusUnavailable):
+            await self.catch_up()  # ours applies now, in order after any earlier one (else: the next poll)
 
     async def catch_up(self) -> None:
         """Apply every operation after the last applied one, in order."""
@@ -133,7 +135,10 @@ class BusAccessStore:
     # ---- following the other replicas -------------------------------------------------------------
 
     async def start(self) -> None:
-        await self.catch_up()
+        try:
+            await self.catch_up()
+        except BusUnavailable as exc:  # Redis away at start: serve the config's table, follow when it is back
+            log.warning("MGP access log: not caught up at start (%s); following when the bus is back", exc)
         self._task = asyncio.create_task(self._follow(), name="mgp-access-follow")
 
     async def stop(self) -> None:
@@ -159,5 +164,7 @@ class BusAccessStore:
                 told.clear()
                 try:
                     await self.catch_up()
+                except BusUnavailable:
+                    pass  # Redis away (the bus says so, once): the next round tries again
                 except Exception:  # a bus hiccup: the next round tries again
                     log.warning("MGP access log: catching up failed", exc_info=True)

@@ -236,6 +236,8 @@ class SharedSessions:
     # ---- the record ------------------------------------------------------------------------------
 
     async def _read(self, session_id: str) -> dict[str, Any] | None:
+        if not self._bus.healthy:
+            return None  # Redis away (the bus logs it once): the local copy serves
         try:
             raw = await self._bus.get(_key(session_id))
         except Exception as exc:

@@ -86,23 +86,31 @@ class ClientMessages:
                 conn.spawn(conn.send(event.payload))
 
     def response(self, session: ClientSession, message: dict[str, Any], forwarded: bool = False) -> None:
+        """The client's answer to a request the gateway sent it (forwarded: by another replica)."""
+        if self.answer(session, message):
+            return
+        if self._elsewhere is not None and not forwarded:
+            self._elsewhere(session, message)  # another replica's copy of the session asked it
+            return
+        log.debug("session %s answered unknown request id %r", session.id[:8], message.get("id"))
+
+    @staticmethod
+    def answer(session: ClientSession, message: dict[str, Any]) -> bool:
+        """Hand an answer to the request of this session's copy that it answers; False: none here."""
         out = session.outgoing.pop(str(message.get("id")), None)
         if out is None:
-            if self._elsewhere is not None and not forwarded:
-                self._elsewhere(session, message)
-                return
-            log.debug("session %s answered unknown request id %r", session.id[:8], message.get("id"))
-            return
+            return False
         if out.timer is not None:
             out.timer.cancel()
         if out.future is not None:
             if not out.future.done():
                 out.future.set_result(message)
-            return
+            return True
         assert out.conn is not None
         reply = {k: v for k, v in message.items() if k != "id"}
         reply["id"] = out.upstream_id
         out.conn.spawn(out.conn.send(reply))
+        return True
 
     def session_ended(self, session: ClientSession) -> None:
         for conn, pending in list(session.inflight.values()):

@@ -135,6 +135,10 @@ class BackendConnection:
         return self.config.transport == "http"
 
     @property
+    def _modern_http(self) -> bool:
+        return self.era == "modern" and self.config.transport == "http"
+
+    @property
     def gave_up(self) -> bool:
         """The restart budget is spent: the supervisor stopped for good (lifecycle state "error")."""
         return self._restarts.gave_up
@@ -343,16 +347,6 @@ class BackendConnection:
             )
         return await self._roundtrip(pending, timeout or self.config.timeout_s)
 
-    def _routing_headers(self, message: dict[str, Any]) -> dict[str, str] | None:
-        if self.era != "modern" or not self._http:
-            return None
-        method = message["method"]
-        params = message.get("params")
-        schema = self.tool_schemas.get(params.get("name")) if method == "tools/call" and params else None
-        headers = mcp_modern.request_headers(method, params, schema)
-        headers["MCP-Protocol-Version"] = mcp_modern.LATEST_MODERN
-        return headers
-
     async def _roundtrip(self, pending: Pending, timeout: float) -> dict[str, Any]:
         carrier = self._carrier
         try:
@@ -361,7 +355,8 @@ class BackendConnection:
                     raise CarrierClosed("not connected")
                 pending.task = asyncio.current_task()
                 try:
-                    await carrier.send(pending.message, self._routing_headers(pending.message))
+                    headers = routing_headers(pending.message, self.tool_schemas) if self._modern_http else None
+                    await carrier.send(pending.message, headers)
                 except asyncio.CancelledError:
                     if not pending.interrupted:
                         raise
@@ -480,3 +475,13 @@ class BackendConnection:
         if len(owners) == 1 or (owners and self.era == "modern"):
             return owners[-1]
         return None
+
+
+def routing_headers(message: dict[str, Any], tool_schemas: dict[str, Any]) -> dict[str, str]:
+    """The headers a modern request over HTTP carries: method, name, parameters, protocol version."""
+    method = message["method"]
+    params = message.get("params")
+    schema = tool_schemas.get(params.get("name")) if method == "tools/call" and params else None
+    headers = mcp_modern.request_headers(method, params, schema)
+    headers["MCP-Protocol-Version"] = mcp_modern.LATEST_MODERN
+    return headers

@@ -222,7 +222,7 @@ def own_redis(redis_url: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         yield server
 
 
-async def test_a_real_redis_going_away_fails_open(
+async def test_a_real_redis_going_away_falls_back_to_limits_per_replica(
     own_redis: tuple[str, subprocess.Popen[bytes]], caplog: pytest.LogCaptureFixture
 ) -> None:
     url, proc = own_redis
@@ -233,9 +233,11 @@ async def test_a_real_redis_going_away_fails_open(
         assert await allowed(policy, call(), who(), 1)
         assert not await allowed(policy, call(), who(), 1)
         stop_process(proc)
-        with caplog.at_level(logging.WARNING, logger="policies.ratelimit"):
-            assert await allowed(policy, call(), who(), 3)
-        assert sum("rate limits not enforced" in r.getMessage() for r in caplog.records) == 1
+        with caplog.at_level(logging.WARNING, logger="gateway.bus"):
+            assert await allowed(policy, call(), who(), 1), "a fresh local bucket: fail-open to per-replica limits"
+            assert not await allowed(policy, call(), who(), 1), "the local bucket still limits"
+        assert sum("lost Redis" in r.getMessage() for r in caplog.records) == 1
+        assert bus.stats()["take_local"] == 2
     finally:
         await bus.close()
 

@@ -61,7 +61,7 @@ class Host:
                 if "id" in message and "method" in message:
                     self.requests.append(message)
                     if self.answer is not None:
-                        ClientMessages.response(
+                        ClientMessages.answer(
                             self.session, {"jsonrpc": "2.0", "id": message["id"], "result": self.answer}
                         )
                 elif "method" in message:

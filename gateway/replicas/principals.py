@@ -1,0 +1,106 @@
+"""Principals changed through the admin API, on every replica at once (issue 14).
+
+``PUT/DELETE /admin/principals/NAME`` and capability changes land on one replica. With the Redis
+bus they are also stored (``admin:principals``: the runtime changes, by name, ``null`` for a removal)
+and announced on the ``admin`` channel: every live replica applies them at once, and a replica that
+starts later applies the stored changes over its config. A config reload (SIGHUP) replaces the
+principals of the replica that reloads, as before.
+
+Invariants: a change is applied once per replica (its own announcement is ignored); a malformed
+stored or announced change is skipped and logged, never applied half; a bus failure leaves the
+change applied on the replica that made it (logged).
+
+The stored changes hold static tokens as the admin API received them: protect Redis (password,
+TLS) like the config file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from gateway.bus import Bus
+from gateway.config import PrincipalConfig
+from policies.auth import PrincipalRegistry
+
+log = logging.getLogger(__name__)
+
+KEY = "admin:principals"
+CHANNEL = "admin"
+
+
+class SharedPrincipals:
+    def __init__(self, bus: Bus, registry: PrincipalRegistry, changed: Callable[[], None], replica: str) -> None:
+        self._bus = bus
+        self._registry = registry
+        self._changed = changed
+        self._replica = replica
+        self._listener: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        try:
+            raw = await self._bus.get(KEY)
+        except Exception as exc:
+            log.warning("principals changed at runtime on other replicas are not known yet: %s", exc)
+            raw = None
+        stored = _loads(raw)
+        if stored:
+            for name, config in stored.items():
+                self._apply(name, config)
+            self._changed()
+        self._listener = asyncio.create_task(self._listen(), name="admin-principals")
+
+    async def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            await asyncio.gather(self._listener, return_exceptions=True)
+
+    async def share(self, name: str, config: PrincipalConfig | None) -> None:
+        """This replica's admin API changed ``name`` (None: removed): store it, tell the others."""
+        dumped = config.model_dump() if config is not None else None
+        try:
+            stored = _loads(await self._bus.get(KEY)) or {}
+            stored[name] = dumped
+            await self._bus.set(KEY, orjson.dumps(stored))
+            await self._bus.publish(CHANNEL, orjson.dumps({"by": self._replica, "name": name, "config": dumped}))
+        except Exception as exc:
+            log.warning("principal %s changed here only (the bus is unavailable: %s)", name, exc)
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                async for data in self._bus.subscribe(CHANNEL):
+                    news = _loads(data)
+                    if news and news.get("by") != self._replica and isinstance(news.get("name"), str):
+                        if self._apply(news["name"], news.get("config")):
+                            self._changed()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("admin channel lost (%s); listening again in 1s", exc)
+                await asyncio.sleep(1.0)
+
+    def _apply(self, name: str, config: Any) -> bool:
+        if config is None:
+            return self._registry.remove(name)
+        try:
+            self._registry.upsert(name, PrincipalConfig.model_validate(config))
+        except ValidationError as exc:
+            log.warning("a shared change of principal %s is malformed, skipped: %s", name, exc)
+            return False
+        return True
+
+
+def _loads(raw: bytes | None) -> dict[str, Any] | None:
+    if not raw:
+        return None
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
