@@ -133,6 +133,7 @@ class Gateway:
             parking=self.parking,
             principals=self.principals,
             principals_changed=self.principals_changed,
+            refreshed=lambda session: self.mcpl.selection_changed(session) if session.mcpl is not None else None,
         )
         names = tuple(config.backends)
         fed = config.federation

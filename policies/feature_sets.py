@@ -98,6 +98,11 @@ class HostSelection:
         """The remembered patterns, oldest first, for the admin/debug view (a copy)."""
         return dict(self._patterns)
 
+    def restore(self, patterns: Iterable[tuple[str, bool]]) -> None:
+        """Become a selection another replica recorded (``snapshot``'s items, oldest first)."""
+        self._patterns = {p: bool(state) for p, state in patterns if isinstance(p, str)}
+        self._trim()
+
     def __repr__(self) -> str:
         return f"HostSelection({self._patterns!r})"
 

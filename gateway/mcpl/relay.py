@@ -255,6 +255,12 @@ class McplRelay:
             return await self._rollback(session, event)
         return jsonrpc.result(rpc_id, await self._channels.host_request(session, method, params))
 
+    def selection_changed(self, session: ClientSession) -> None:
+        """Another replica recorded this host's feature-set choices (gateway/replicas/): backends
+        here are told the new union."""
+        self._state.forget()
+        self.sync_view(session.view)
+
     def apply_update(self, session: ClientSession, params: dict[str, Any]) -> None:
         assert session.mcpl is not None
         enabled, disabled, scopes = mcpl.update_params(params)

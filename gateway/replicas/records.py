@@ -20,8 +20,10 @@ from adapters import codecs
 from gateway.events import Dialect
 from gateway.mcpc.client import McpcClient
 from policies.auth import Credentials
+from policies.scopes import ScopeRules
 
 if TYPE_CHECKING:
+    from gateway.mcpl.state import McplSession
     from gateway.sessions import ClientSession
 
 FORMAT: Final = 1
@@ -58,7 +60,17 @@ def record_of(session: ClientSession, holder: str | None) -> dict[str, Any]:
             "handshake": mcpc.handshake,
             "session_id": mcpc.session_id,
         },
+        "mcpl": None if session.mcpl is None else _mcpl_record(session.mcpl),
         "holder": holder,
+    }
+
+
+def _mcpl_record(facet: McplSession) -> dict[str, Any]:
+    return {
+        "selection": [[pattern, state] for pattern, state in facet.selection.snapshot().items()],
+        "scopes": {
+            name: {"whitelist": list(r.whitelist), "blacklist": list(r.blacklist)} for name, r in facet.scopes.items()
+        },
     }
 
 
@@ -72,6 +84,7 @@ def fingerprint(session: ClientSession) -> tuple[Any, ...]:
         session.codec.name,
         len(session.subscriptions),
         None if mcpc is None else (mcpc.version, mcpc.session_id),
+        None if session.mcpl is None else (tuple(session.mcpl.selection.snapshot().items()), len(session.mcpl.scopes)),
     )
 
 
@@ -126,6 +139,19 @@ def apply(session: ClientSession, record: dict[str, Any]) -> None:
         )
     elif mcpc is None:
         session.mcpc = None
+    mcpl = record.get("mcpl")
+    if session.mcpl is not None and isinstance(mcpl, dict):
+        apply_mcpl(session.mcpl, mcpl)
+
+
+def apply_mcpl(facet: McplSession, record: dict[str, Any]) -> None:
+    """An MCPL host's feature-set choices and scope rules as another replica recorded them."""
+    selection = record.get("selection")
+    if isinstance(selection, list):
+        facet.selection.restore((s[0], s[1]) for s in selection if isinstance(s, list) and len(s) == 2)
+    scopes = record.get("scopes")
+    if isinstance(scopes, dict):
+        facet.scopes = {name: ScopeRules.from_wire(rules) for name, rules in scopes.items() if isinstance(name, str)}
 
 
 def initialize_params(session: ClientSession) -> dict[str, Any]:

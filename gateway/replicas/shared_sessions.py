@@ -100,7 +100,16 @@ class LocalSessions:
 
 
 class SharedSessions:
-    def __init__(self, bus: Bus, store: SessionStore, restore: Restore, replica: str, ttl_s: float) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        store: SessionStore,
+        restore: Restore,
+        replica: str,
+        ttl_s: float,
+        refreshed: Callable[[ClientSession], None] = lambda session: None,
+    ) -> None:
+        self._refreshed = refreshed  # a copy took another replica's changes (MCPL: backends told the union)
         self._bus = bus
         self._store = store
         self._restore = restore
@@ -148,6 +157,7 @@ class SharedSessions:
             self._adopt(session)
             log.info("session %s adopted from the bus", session_id[:8])
         apply(session, record)
+        self._refreshed(session)
         self._written[session_id] = (fingerprint(session), time.monotonic())
         return session
 
