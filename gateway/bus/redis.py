@@ -129,11 +129,19 @@ class RedisBus(Bus):
             self._health.back()
         self._tasks = [
             asyncio.create_task(
-                self._health.watch(self.redis.ping, self._interval, self._timeout, lambda: self._started),
+                self._health.watch(self._probe, self._interval, self._timeout, lambda: self._started),
                 name="bus-health",
             ),
             asyncio.create_task(self._flush_when_back(), name="bus-outbox"),
         ]
+
+    async def _probe(self) -> object:
+        """The health loop's PING. While down, idle pooled connections from before the outage are
+        dropped first: reused after Redis is back, each would fail once and mark the bus down again."""
+        if self._health.down:
+            with contextlib.suppress(Exception):
+                await self.redis.connection_pool.disconnect(inuse_connections=False)
+        return await self.redis.ping()
 
     async def close(self) -> None:
         tasks, self._tasks = self._tasks, []

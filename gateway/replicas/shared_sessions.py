@@ -53,6 +53,9 @@ _HOLDER_TTL_S = 30.0
 Restore = Callable[[str, dict[str, Any]], "ClientSession | None"]
 
 
+_UNAVAILABLE = object()  # what ``_read`` returns when the bus cannot say
+
+
 def _key(session_id: str) -> str:
     return f"session:{session_id}"
 
@@ -125,6 +128,8 @@ class SharedSessions:
         self.answered: Callable[[ClientSession, dict[str, Any]], None] | None = None
 
     async def start(self) -> None:
+        self._was_down = False
+        self._bus.on_health(self._bus_health)
         self._tasks = [
             asyncio.create_task(self._listen(), name="sessions-listen"),
             asyncio.create_task(self._pump(), name="sessions-forward"),
@@ -142,13 +147,17 @@ class SharedSessions:
         if session is not None and session_id not in self._stale:
             return session
         record = await self._read(session_id)
+        if record is _UNAVAILABLE:
+            return session  # Redis away: the local copy serves (still marked stale for later)
         if record is None:
-            if session is not None and session_id in self._stale:
-                # Announced changed, now gone: it was ended elsewhere (or expired).
+            if session is not None:
+                # No record (expired, or a Redis that came back empty): this copy is the session's
+                # state now. An end elsewhere is announced on the channel and ends copies directly.
                 self._stale.discard(session_id)
-                self._store.end(session)
-                return None
+                if await self._write(session, self.replica if session.standalone.attached else None):
+                    self._written[session_id] = (fingerprint(session), time.monotonic())
             return session
+        assert isinstance(record, dict)
         self._stale.discard(session_id)
         if session is None:
             session = self._restore(session_id, record)
@@ -177,8 +186,8 @@ class SharedSessions:
         now = time.monotonic()
         if last is not None and last[0] == mark and now - last[1] < self._ttl_s / 4:
             return
-        await self._write(session, self.replica if session.standalone.attached else None)
-        self._written[session.id] = (mark, now)
+        if await self._write(session, self.replica if session.standalone.attached else None):
+            self._written[session.id] = (mark, now)  # only what was stored counts as shared
 
     async def ended(self, session: ClientSession) -> None:
         """Ended on purpose (DELETE): everywhere."""
@@ -245,14 +254,15 @@ class SharedSessions:
 
     # ---- the record ------------------------------------------------------------------------------
 
-    async def _read(self, session_id: str) -> dict[str, Any] | None:
+    async def _read(self, session_id: str) -> dict[str, Any] | object | None:
+        """The record, None when there is none, or ``_UNAVAILABLE`` when the bus cannot say."""
         if not self._bus.healthy:
-            return None  # Redis away (the bus logs it once): the local copy serves
+            return _UNAVAILABLE  # Redis away (the bus logs it once): the local copy serves
         try:
             raw = await self._bus.get(_key(session_id))
         except Exception as exc:
             log.warning("session %s: the bus is unavailable, the local copy serves: %s", session_id[:8], exc)
-            return None
+            return _UNAVAILABLE
         if raw is None:
             return None
         try:
@@ -261,13 +271,31 @@ class SharedSessions:
             return None
         return record if isinstance(record, dict) else None
 
-    async def _write(self, session: ClientSession, holder: str | None) -> None:
+    async def _write(self, session: ClientSession, holder: str | None) -> bool:
+        """Store the record and announce it; whether it was stored."""
         record = record_of(session, holder)
         try:
             await self._bus.set(_key(session.id), orjson.dumps(record), ttl_s=self._ttl_s)
             await self._bus.publish(CHANNEL, orjson.dumps({"changed": session.id, "by": self.replica}))
         except Exception as exc:
             log.warning("session %s: could not share its state: %s", session.id[:8], exc)
+            return False
+        return True
+
+    def _bus_health(self, healthy: bool, problem: str | None) -> None:
+        """Redis came back (maybe empty, maybe after missed announcements): every local copy is stored
+        again, and refreshed before its next request."""
+        if healthy and self._was_down:
+            self._written.clear()
+            task = asyncio.create_task(self._store_all(), name="sessions-restore")
+            self._tasks.append(task)
+        self._was_down = not healthy
+
+    async def _store_all(self) -> None:
+        for session in list(self._store):
+            if not session.closed and session.initialized:
+                if await self._write(session, self.replica if session.standalone.attached else None):
+                    self._written[session.id] = (fingerprint(session), time.monotonic())
 
     async def _listen(self) -> None:
         """Other replicas' changes: local copies refresh before their next request; ends end them."""

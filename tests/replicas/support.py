@@ -22,9 +22,12 @@ class Replicas:
 
 
 @contextlib.contextmanager
-def replicas(count: int, redis_url: str, config: dict[str, Any]) -> Iterator[Replicas]:
-    """``count`` gateways with ``config`` on the Redis bus at ``redis_url``, and a balancer in front."""
-    shared = {**config, "bus": {"kind": "redis", "url": redis_url}}
+def replicas(
+    count: int, redis_url: str, config: dict[str, Any], bus: dict[str, Any] | None = None
+) -> Iterator[Replicas]:
+    """``count`` gateways with ``config`` on the Redis bus at ``redis_url`` (``bus``: more of that
+    section, e.g. ``required`` or timeouts), and a balancer in front."""
+    shared = {**config, "bus": {**(bus or {}), "kind": "redis", "url": redis_url}}
     with contextlib.ExitStack() as stack:
         gateways = [stack.enter_context(run_gateway(shared)) for _ in range(count)]
         upstreams = [arg for gw in gateways for arg in ("--upstream", gw.url)]
