@@ -8,8 +8,6 @@ import time
 from functools import partial
 from typing import Any
 
-from adapters import mcpl
-from adapters.mgp import strip as mgp_strip
 from gateway import __version__, jsonrpc
 from gateway.audit import AuditLog
 from gateway.bus import Bus
@@ -17,6 +15,7 @@ from gateway.bus.configured import bus_from_config
 from gateway.config import Backend as BackendConfig, Config
 from gateway.eras import EraBridge
 from gateway.federation import BackendCatalog, Namer, View
+from gateway.identity import ServerIdentity
 from gateway.mcpc import Mcpc
 from gateway.mcpl import McplRelay
 from gateway.mcpx.bridge import BackendParticipants
@@ -64,9 +63,6 @@ from policies.scopes import ScopePolicy
 log = logging.getLogger(__name__)
 
 _JWT_CACHE = 4096  # verified JWTs kept (until they expire) so that a request costs no signature check
-
-
-SERVER_INFO = {"name": "switchboard", "title": "Switchboard", "version": __version__}
 
 
 class Gateway:
@@ -142,6 +138,7 @@ class Gateway:
         self.catalogs = {n: BackendCatalog(n, fed.list_cache_s) for n in names}
         # Filled below, once the handler of their events exists; everyone holds the same mapping.
         self.connections: dict[str, BackendConnection] = {}
+        self.server_identity = ServerIdentity(self.connections, self.federated)  # what clients are told
         self.mcpl = McplRelay(
             config=config.mcpl,
             sessions=self.sessions,
@@ -476,44 +473,3 @@ class Gateway:
         self.mcpl.session_ended(session)
         self.mgp.server.session_ended(session)
         self.mcpc.session_ended(session)
-
-    # ---- identity ----------------------------------------------------------------------------
-
-    def server_identity(self, view: View) -> dict[str, Any]:
-        """serverInfo, capabilities and instructions that a client of this view is shown."""
-        if len(view.backends) == 1 and view is not self.federated:
-            conn = self.connections[view.backends[0]]
-            if conn.state == "ready":
-                result: dict[str, Any] = {
-                    # MCPL is spoken by the gateway itself, and shown only to MCPL hosts (McplRelay).
-                    "capabilities": mgp_strip.strip_capabilities(mcpl.without_mcpl(dict(conn.capabilities))),
-                    "serverInfo": conn.server_info or SERVER_INFO,
-                }
-                if conn.init_result.get("instructions"):
-                    result["instructions"] = conn.init_result["instructions"]
-                return result
-        capabilities: dict[str, Any] = {
-            "logging": {},
-            "completions": {},
-            "tools": {"listChanged": True},
-            "prompts": {"listChanged": True},
-            "resources": {"subscribe": True, "listChanged": True},
-        }
-        experimental: dict[str, Any] = {}
-        instructions: list[str] = []
-        for name in view.backends:
-            conn = self.connections[name]
-            if conn.state != "ready":
-                continue
-            for key, value in (conn.capabilities.get("experimental") or {}).items():
-                if key not in ("mcpl", "mgp"):
-                    experimental.setdefault(key, value)
-            text = conn.init_result.get("instructions")
-            if isinstance(text, str) and text.strip():
-                instructions.append(text.strip() if len(view.backends) == 1 else f"[{name}] {text.strip()}")
-        if experimental:
-            capabilities["experimental"] = experimental
-        result = {"capabilities": capabilities, "serverInfo": SERVER_INFO}
-        if instructions:
-            result["instructions"] = "\n\n".join(instructions)
-        return result

@@ -231,17 +231,7 @@ class StreamableHttpDoor:
         if found is None:
             return
         session, principal = found
-
-        async def one(item: Any) -> dict[str, Any] | None:
-            try:
-                shape = jsonrpc.classify(item)
-            except jsonrpc.RpcError as exc:
-                return jsonrpc.error_from(None, exc)
-            if shape is jsonrpc.Shape.REQUEST and item["method"] == "initialize":
-                return jsonrpc.error(item["id"], jsonrpc.INVALID_REQUEST, "initialize cannot be batched")
-            return await self._router.handle(session, item, shape, session.standalone, principal)
-
-        answers = [a for a in await asyncio.gather(*(one(i) for i in batch)) if a is not None]
+        answers = await answer_batch(self._router, session, principal, batch)
         if session.closed:
             # An exit in the batch: its answer goes in this body, not on the session stream that owes it.
             session.standalone.close()
@@ -500,3 +490,21 @@ async def _next_batch(
     if gone in done:
         return None
     return []
+
+
+async def answer_batch(
+    router: Router, session: ClientSession, principal: Principal, batch: list[Any]
+) -> list[dict[str, Any]]:
+    """A batch's members handled concurrently; the answers of its requests (a broken member is
+    answered alone, ``initialize`` is never batched)."""
+
+    async def one(item: Any) -> dict[str, Any] | None:
+        try:
+            shape = jsonrpc.classify(item)
+        except jsonrpc.RpcError as exc:
+            return jsonrpc.error_from(None, exc)
+        if shape is jsonrpc.Shape.REQUEST and item["method"] == "initialize":
+            return jsonrpc.error(item["id"], jsonrpc.INVALID_REQUEST, "initialize cannot be batched")
+        return await router.handle(session, item, shape, session.standalone, principal)
+
+    return [a for a in await asyncio.gather(*(one(i) for i in batch)) if a is not None]
