@@ -71,7 +71,12 @@ def _mcpl_record(facet: McplSession) -> dict[str, Any]:
         "scopes": {
             name: {"whitelist": list(r.whitelist), "blacklist": list(r.blacklist)} for name, r in facet.scopes.items()
         },
+        "approvals": [list(key) for key in facet.approvals],
     }
+
+
+def _mcpl_fingerprint(facet: McplSession) -> tuple[Any, ...]:
+    return tuple(facet.selection.snapshot().items()), len(facet.scopes), len(facet.approvals)
 
 
 def fingerprint(session: ClientSession) -> tuple[Any, ...]:
@@ -84,7 +89,7 @@ def fingerprint(session: ClientSession) -> tuple[Any, ...]:
         session.codec.name,
         len(session.subscriptions),
         None if mcpc is None else (mcpc.version, mcpc.session_id),
-        None if session.mcpl is None else (tuple(session.mcpl.selection.snapshot().items()), len(session.mcpl.scopes)),
+        None if session.mcpl is None else _mcpl_fingerprint(session.mcpl),
     )
 
 
@@ -152,6 +157,12 @@ def apply_mcpl(facet: McplSession, record: dict[str, Any]) -> None:
     scopes = record.get("scopes")
     if isinstance(scopes, dict):
         facet.scopes = {name: ScopeRules.from_wire(rules) for name, rules in scopes.items() if isinstance(name, str)}
+    approvals = record.get("approvals")
+    if isinstance(approvals, list):
+        facet.approvals.clear()
+        for item in approvals:
+            if isinstance(item, list) and len(item) == 3 and all(isinstance(part, str) for part in item):
+                facet.approve(item[0], item[1], item[2])  # bounded like the host's own (MAX_APPROVALS)
 
 
 def initialize_params(session: ClientSession) -> dict[str, Any]:

@@ -40,6 +40,7 @@ def full() -> ClientSession:
     s.mcpl = McplSession({"pushEvents": True})
     s.mcpl.selection.apply(["a.*"], ["a.secret"])
     s.mcpl.scopes["a.files"] = ScopeRules(("read:*",), ("write:*",))
+    s.mcpl.approve("a", "files", "read:/etc/hosts")
     return s
 
 
@@ -57,6 +58,7 @@ def test_what_one_replica_writes_another_restores() -> None:
     assert copy.mcpl.selection.snapshot() == original.mcpl.selection.snapshot()
     assert copy.mcpl.selection.is_enabled("a.tools") and not copy.mcpl.selection.is_enabled("a.secret")
     assert copy.mcpl.scopes == original.mcpl.scopes
+    assert copy.mcpl.approved("a", "files") == ["read:/etc/hosts"]
     assert fingerprint(copy) == fingerprint(original)
     assert record["holder"] == "replica-1"
     # Who, never how: the credentials' kind, name and claims, no token.
@@ -76,7 +78,9 @@ def test_the_fingerprint_moves_with_every_recorded_change() -> None:
     assert s.mcpc is not None
     s.mcpc.session_id = "another"
     seen.add(fingerprint(s))
-    assert len(seen) == 5
+    s.mcpl.approve("b", "net", "host:example.org")
+    seen.add(fingerprint(s))
+    assert len(seen) == 6
 
 
 @given(
