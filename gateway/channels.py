@@ -49,6 +49,8 @@ class Channel:
         # Many replicas (gateway/replicas/shared_sessions.py): a session's stream held by another
         # replica gets what is pushed here while no reader is attached here.
         self.forward: Callable[[dict[str, Any]], None] | None = None
+        # ... and the replica holding it records what it queues for its reader (Last-Event-ID anywhere).
+        self.record: Callable[[int, dict[str, Any]], None] | None = None
 
     @property
     def last_seq(self) -> int:
@@ -59,6 +61,12 @@ class Channel:
         if self.forward is not None and not self.attached:
             self.forward(message)
         return self.push_local(message)
+
+    def restart_above(self, seq: int) -> None:
+        """Number on above ``seq`` with nothing queued (a stream resumed from another replica's history)."""
+        self._log.clear()
+        self._next_seq = max(self._next_seq, seq + 1)
+        self._delivered = self._next_seq - 1
 
     def recent(self, count: int) -> list[dict[str, Any]]:
         """The latest ``count`` messages still held (newest last)."""
@@ -71,6 +79,8 @@ class Channel:
         seq = self._next_seq
         self._next_seq += 1
         self._log.append((seq, message))
+        if self.record is not None and self.attached:
+            self.record(seq, message)
         if seq == 1 and self.on_first_push is not None:
             self.on_first_push()
         if self.attached:

@@ -130,6 +130,7 @@ class Gateway:
             principals=self.principals,
             principals_changed=self.principals_changed,
             refreshed=lambda session: self.mcpl.selection_changed(session) if session.mcpl is not None else None,
+            history_keep=config.limits.sse_replay_events,
         )
         names = tuple(config.backends)
         fed = config.federation

@@ -8,7 +8,7 @@ single-replica behaviour with no cost.
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from gateway.sessions import ClientSession
@@ -31,4 +31,14 @@ class SessionSharing(Protocol):
 
     def holding(self, session: ClientSession) -> AbstractAsyncContextManager[None]:
         """While its standalone stream is open here."""
+        ...
+
+    @property
+    def keeps_history(self) -> bool:
+        """Whether the standalone stream's events are kept for resumption on any replica."""
+        ...
+
+    async def missed(self, session: ClientSession, last_seen: int) -> list[dict[str, Any]] | None:
+        """What followed event ``last_seen`` of the session's stream (None: not in the history); the
+        session's stream then numbers on above every event the history holds."""
         ...

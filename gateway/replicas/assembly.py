@@ -44,12 +44,13 @@ class Replicas:
         principals: PrincipalRegistry,
         principals_changed: Callable[[], None],
         refreshed: Callable[[ClientSession], None],
+        history_keep: int = 256,
     ) -> None:
         self.replica = replica
         self._bus = bus
         self._parking = parking
         self.shared: SharedSessions | None = (
-            SharedSessions(bus, store, restore, replica, session_ttl_s, refreshed) if shared else None
+            SharedSessions(bus, store, restore, replica, session_ttl_s, refreshed, history_keep) if shared else None
         )
         self.sessions: SharedSessions | LocalSessions = self.shared or LocalSessions(store)
         self.relay = OwnerRelay(bus, replica) if shared else None

@@ -32,11 +32,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from gateway.replicas.history import History, missed
 from gateway.replicas.records import apply, fingerprint, record_of
 
 if TYPE_CHECKING:
@@ -101,8 +102,15 @@ class LocalSessions:
     async def stop(self) -> None:
         return None
 
+    keeps_history = False
+
+    async def missed(self, session: ClientSession, last_seen: int) -> list[dict[str, Any]] | None:
+        return None
+
 
 class SharedSessions:
+    keeps_history = True
+
     def __init__(
         self,
         bus: Bus,
@@ -111,7 +119,9 @@ class SharedSessions:
         replica: str,
         ttl_s: float,
         refreshed: Callable[[ClientSession], None] = lambda session: None,
+        history_keep: int = 256,
     ) -> None:
+        self._history = History(bus, history_keep, ttl_s)
         self._refreshed = refreshed  # a copy took another replica's changes (MCPL: backends told the union)
         self._bus = bus
         self._store = store
@@ -120,7 +130,8 @@ class SharedSessions:
         self._ttl_s = ttl_s
         self._written: dict[str, tuple[tuple[Any, ...], float]] = {}  # session -> (fingerprint, when)
         self._stale: set[str] = set()
-        self._forward: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue(MAX_FORWARD_QUEUE)
+        # Bus writes that must not block a push, in order: a stream's messages, answers, history.
+        self._forward: asyncio.Queue[Callable[[], Awaitable[Any]]] = asyncio.Queue(MAX_FORWARD_QUEUE)
         self._tasks: list[asyncio.Task[None]] = []
         self.dropped = 0
         # Where an answer another replica got for a request this replica's copy sent is handed
@@ -198,6 +209,19 @@ class SharedSessions:
         except Exception as exc:  # the bus is down: the record expires by itself
             log.warning("session %s: could not end it on the bus: %s", session.id[:8], exc)
 
+    async def missed(self, session: ClientSession, last_seen: int) -> list[dict[str, Any]] | None:
+        try:
+            entries = await self._history.entries(session.id)
+        except Exception as exc:
+            log.warning("session %s: its stream's history is unavailable: %s", session.id[:8], exc)
+            return None
+        found = missed(entries, last_seen)
+        if found is None:
+            return None
+        messages, top = found
+        session.standalone.restart_above(top)
+        return messages
+
     def answer_elsewhere(self, session: ClientSession, message: dict[str, Any]) -> None:
         """The client answered a request this replica did not send (a backend's elicitation, sampling,
         roots, asked on a call's stream on another replica): to the replica that asked."""
@@ -210,10 +234,13 @@ class SharedSessions:
         """While a stream of ``session`` is open here: this replica holds it, and what other replicas
         push to the session arrives here."""
         listener = asyncio.create_task(self._receive(session), name=f"stream-{session.id[:8]}")
+        sid = session.id
+        session.standalone.record = lambda seq, message: self._put(lambda: self._history.append(sid, seq, message), sid)
         await self._write(session, self.replica)
         try:
             yield
         finally:
+            session.standalone.record = None
             listener.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await listener
@@ -230,14 +257,18 @@ class SharedSessions:
                 session.standalone.push_local(message)
 
     def _queue(self, session_id: str, message: dict[str, Any]) -> None:
-        self._put(f"stream:{session_id}", orjson.dumps(message), session_id)
+        """Pushed to a copy whose stream is not read here: to the holder, and into the history unsent
+        (in case nobody holds it)."""
+        data = orjson.dumps(message)
+        self._put(lambda: self._bus.publish(f"stream:{session_id}", data), session_id)
+        self._put(lambda: self._history.append(session_id, None, message), session_id)
 
     def _queue_raw(self, data: bytes) -> None:
-        self._put(CHANNEL, data, "-")
+        self._put(lambda: self._bus.publish(CHANNEL, data), "-")
 
-    def _put(self, channel: str, data: bytes, session_id: str) -> None:
+    def _put(self, write: Callable[[], Awaitable[Any]], session_id: str) -> None:
         try:
-            self._forward.put_nowait((channel, data))
+            self._forward.put_nowait(write)
         except asyncio.QueueFull:
             self.dropped += 1
             log.warning("session %s: a message for its stream on another replica was dropped", session_id[:8])
@@ -245,12 +276,12 @@ class SharedSessions:
     async def _pump(self) -> None:
         """Publishes what is forwarded, in order (a stream's messages, answers to other replicas)."""
         while True:
-            channel, data = await self._forward.get()
+            write = await self._forward.get()
             try:
-                await self._bus.publish(channel, data)
+                await write()
             except Exception as exc:
                 self.dropped += 1
-                log.warning("forwarding on %s failed: %s", channel, exc)
+                log.warning("a shared write failed: %s", exc)
 
     # ---- the record ------------------------------------------------------------------------------
 

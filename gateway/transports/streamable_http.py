@@ -417,18 +417,23 @@ class StreamableHttpDoor:
             return
         session = found[0]
         last_event_id = header(scope, b"last-event-id")
+        missed: list[dict[str, Any]] | None = []
         if last_event_id:
             stream_id, _, seq_text = last_event_id.rpartition("-")
             channel = session.find_stream(stream_id)
             # isascii(): "²".isdigit() is true, but int() refuses it.
-            if (
-                channel is None
-                or not (seq_text.isascii() and seq_text.isdigit())
-                or not channel.can_resume(int(seq_text))
-            ):
+            numeric = seq_text.isascii() and seq_text.isdigit()
+            if channel is session.standalone and numeric and self._shared.keeps_history and not channel.attached:
+                # Many replicas: the history of the session's stream, whoever held it (gateway/replicas/history.py).
+                missed = await self._shared.missed(session, int(seq_text))
+                after = channel.last_seq
+            elif channel is None or not numeric or not channel.can_resume(int(seq_text)):
+                missed = None
+            else:
+                after = int(seq_text)
+            if missed is None or channel is None:
                 await send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "Cannot resume: unknown or expired event id")
                 return
-            after = int(seq_text)
         else:
             channel, after = session.standalone, session.standalone.last_seq
         if channel.attached:
@@ -438,6 +443,8 @@ class StreamableHttpDoor:
         gone = asyncio.create_task(wait_disconnect(receive))
         try:
             async with self._shared.holding(session):
+                for message in missed or ():
+                    channel.push_local(message)  # numbered on above the history: recorded again, sent below
                 await self._serve_get(scope, send, session, channel, after, bool(last_event_id), gone)
         finally:
             channel.attached = False

@@ -18,7 +18,7 @@ from mcp.client import Client
 from mcp.client.sse import sse_client
 
 from tests.replicas.support import Replicas, replicas
-from tests.support import fixture_stdio_backend, redis_server
+from tests.support import dynamic_backend, fixture_stdio_backend, redis_server
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -26,6 +26,13 @@ pytestmark = [
 ]
 
 CONFIG = {"backends": {"fx": fixture_stdio_backend(required=True)}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
 @pytest.fixture(scope="module")
@@ -161,3 +168,60 @@ async def test_a_modern_client_answers_an_elicitation_parked_on_another_replica(
     assert asked == ["who are you?"] * 3
     assert steps == [0.0, 50.0, 100.0]
     assert any("relayed by replica" in gw.log() for gw in two.gateways), "a retry ran on its owner"
+
+
+async def read_events(response: httpx.Response, want: int, timeout_s: float = 10.0) -> list[tuple[str, dict[str, Any]]]:
+    """The next ``want`` SSE events with data (id, message) of a streamed response."""
+    events: list[tuple[str, dict[str, Any]]] = []
+    event_id, data = "", ""
+    async with asyncio.timeout(timeout_s):
+        async for line in response.aiter_lines():
+            if line.startswith("id:"):
+                event_id = line[3:].strip()
+            elif line.startswith("data:"):
+                data += line[5:].strip()
+            elif line == "" and data:
+                events.append((event_id, json.loads(data)))
+                data = ""
+                if len(events) >= want:
+                    return events
+    return events
+
+
+async def test_last_event_id_resumes_the_sessions_stream_on_another_replica(redis_url: str) -> None:
+    """The stream is held on A and its client leaves; a notification for the session is produced on B
+    while nobody holds it; the client reconnects to B with its Last-Event-ID and gets what it missed."""
+    config = {"backends": {"dyn": {**dynamic_backend(), "required": True}}}
+    with replicas(2, redis_url, config) as group:
+        a, b = (gw.mcp for gw in group.gateways)
+        async with httpx.AsyncClient(timeout=10) as http:
+            opened = await http.post(a, json=INIT, headers=ACCEPT)
+            sid = opened.headers["mcp-session-id"]
+            headers = {**ACCEPT, "mcp-session-id": sid, "mcp-protocol-version": "2025-06-18"}
+            await http.post(a, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+            get_headers = {"accept": "text/event-stream", "mcp-session-id": sid, "mcp-protocol-version": "2025-06-18"}
+            grow = {
+                "jsonrpc": "2.0",
+                "id": 5,
+                "method": "tools/call",
+                "params": {"name": "grow", "arguments": {"name": "t1"}},
+            }
+            async with http.stream("GET", a, headers=get_headers) as stream:
+                await asyncio.sleep(0.3)  # the holder is registered
+                assert (await http.post(a, json=grow, headers=headers)).status_code == 200
+                [(first_id, first)] = await read_events(stream, 1)
+            assert first["method"] == "notifications/tools/list_changed"
+            await asyncio.sleep(0.3)
+            grow["id"] = 6
+            grow["params"]["arguments"]["name"] = "t2"
+            assert (await http.post(b, json=grow, headers=headers)).status_code == 200  # nobody holds the stream
+            await asyncio.sleep(0.3)
+            resumed = {**get_headers, "last-event-id": first_id}
+            async with http.stream("GET", b, headers=resumed) as stream:
+                assert stream.status_code == 200
+                [(second_id, second)] = await read_events(stream, 1)
+            assert second["method"] == "notifications/tools/list_changed"
+            assert int(second_id.rsplit("-", 1)[1]) > int(first_id.rsplit("-", 1)[1]), "ids keep increasing"
+            await asyncio.sleep(0.5)  # B notices that reader left
+            unknown = {**get_headers, "last-event-id": first_id.rsplit("-", 1)[0] + "-99999"}
+            assert (await http.get(b, headers=unknown)).status_code == 404
