@@ -23,6 +23,7 @@ from gateway.config import PrincipalConfig
 from gateway.errors import MgpCode
 from gateway.transports.http_common import base_url
 from policies.auth import bearer_token
+from policies.mgp_permissions import owner_of
 
 if TYPE_CHECKING:
     from gateway.audit import AuditLog
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from gateway.mcpl import McplRelay
     from gateway.mgp.kernel import Kernel
     from gateway.mgp.registry import Registry
+    from gateway.replicas.owner_relay import OwnerRelay
     from gateway.sessions import SessionStore
     from policies.auth import PrincipalRegistry
     from policies.pinning import PinStore
@@ -63,6 +65,7 @@ class AdminApi:
         mgp: Kernel,
         registry: Registry,
         share_principal: Callable[[str, PrincipalConfig | None], Awaitable[None]] | None = None,
+        relay: OwnerRelay | None = None,
     ) -> None:
         self._auth = auth  # asked on every call: a config reload replaces it
         self._principals = principals
@@ -75,6 +78,7 @@ class AdminApi:
         self._mgp = mgp
         self._registry = registry
         self._share = share_principal  # many replicas: every replica applies the change (gateway/replicas/)
+        self._relay = relay  # many replicas: an answer for a request another replica holds runs there
 
     def routes(self) -> list[Route]:
         return [
@@ -235,6 +239,11 @@ class AdminApi:
         if (refused := self._authorized(request)) is not None:
             return refused
         request_id = request.path_params["request_id"]
+        owner = owner_of(request_id)
+        relay = self._relay
+        if relay is not None and owner is not None and owner != relay.replica and not relay.relayed(request.scope):
+            status, headers, content = await relay.collect(owner, request.scope, await request.body())
+            return Response(content, status, {k.decode("latin-1"): v.decode("latin-1") for k, v in headers})
         try:
             body = await self._json(request)
             if not isinstance(body, dict) or not isinstance(body.get("grants"), dict):

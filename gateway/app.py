@@ -160,6 +160,7 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
         mgp=gw.mgp.kernel,
         registry=gw.mgp.registry,
         share_principal=gw.replicas.principals.share if gw.replicas.principals is not None else None,
+        relay=gw.replicas.relay,
     )
     routes = [
         *admin.routes(),

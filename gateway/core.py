@@ -182,6 +182,7 @@ class Gateway:
             add_backend=self.runtime.add,
             remove_backend=self.runtime.remove,
             backend_lost=self._backend_lost,
+            replica=replica,
         )
         # MCPC (gateway/mcpc/): detection on connect, the task table, callbacks, translation both ways.
         self.mcpc = Mcpc(

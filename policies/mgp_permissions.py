@@ -205,6 +205,16 @@ class PermissionDecider:
 # ---- interactive: requests waiting for an operator ---------------------------------------------
 
 
+OWNER_MARK = "@"
+"""Between a request id and the replica that holds it (many replicas: the answer is run there)."""
+
+
+def owner_of(request_id: str) -> str | None:
+    """The replica a permission request id names, or None."""
+    _, mark, owner = request_id.rpartition(OWNER_MARK)
+    return owner if mark and owner else None
+
+
 class PendingFull(Exception):
     """More permission requests are waiting than ``max_pending``: the new one is refused (denied)."""
 

@@ -12,6 +12,7 @@ built from it; a feature is built from the collaborators it uses, never from the
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -32,6 +33,7 @@ from gateway.mgp.server import MgpServer
 from gateway.mgp.streaming import Streams
 from gateway.mgp.tool_facts import ToolFacts
 from gateway.mgp.tool_session import ContextBudget
+from policies.mgp_permissions import OWNER_MARK, PendingPermissions
 
 if TYPE_CHECKING:
     from gateway.audit import AuditLog
@@ -99,8 +101,14 @@ def assemble(
     add_backend: AddBackend,
     remove_backend: RemoveBackend,
     backend_lost: Callable[[BackendConnection, str], None],
+    replica: str = "",
 ) -> Mgp:
-    kernel = Kernel(config, connections)
+    # A waiting permission request's id names its replica: an operator's answer on another replica
+    # is run on this one (gateway/replicas/owner_relay.py).
+    pending = PendingPermissions(
+        grant_ttl_s=config.grant_ttl_s, new_id=lambda: f"perm-{uuid.uuid4().hex[:16]}{OWNER_MARK}{replica}"
+    )
+    kernel = Kernel(config, connections, pending=pending)
     tools = ToolFacts(config, kernel)
     news = MgpNews()
 

@@ -87,7 +87,7 @@ class Kernel:
             config.permission_policy, config.approved_permissions, config.grant_ttl_s
         )
         # interactive: what waits for an operator (GET/POST /admin/mgp/permissions), bounded, expiring
-        self._pending = pending or PendingPermissions(grant_ttl_s=config.grant_ttl_s)
+        self._pending = pending if pending is not None else PendingPermissions(grant_ttl_s=config.grant_ttl_s)
         self._connections: Mapping[str, Requester] = connections if connections is not None else {}
         self._request_ids = itertools.count(1)
         self._backends: dict[str, BackendMgp] = {}

@@ -96,7 +96,11 @@ class OwnerRelay:
         }
         started = False
         try:
-            await self._bus.publish(f"replica:{owner}", orjson.dumps(request))
+            if not await self._bus.publish(f"replica:{owner}", orjson.dumps(request)):
+                # Nobody listens there (the replica is gone, or the bus is): say so at once.
+                reason = f"the replica holding this ({owner}) is not reachable"
+                await send_rpc_error(send, 502, jsonrpc.BACKEND_UNAVAILABLE, reason)
+                return
             timeout = START_TIMEOUT_S
             while True:
                 try:
@@ -131,6 +135,20 @@ class OwnerRelay:
                 )
         finally:
             self._waiting.pop(rid, None)
+
+    async def collect(self, owner: str, scope: Scope, body: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """:meth:`forward`, the whole response collected: (status, headers, body); 502 when the owner is gone."""
+        status, headers, chunks = 502, [], []
+
+        async def keep(event: dict[str, Any]) -> None:
+            nonlocal status, headers
+            if event["type"] == "http.response.start":
+                status, headers = int(event["status"]), list(event.get("headers", []))
+            else:
+                chunks.append(event.get("body", b""))
+
+        await self.forward(owner, scope, body, keep)
+        return status, headers, b"".join(chunks)
 
     async def _replies(self) -> None:
         async for data in self._bus.subscribe(f"reply:{self.replica}"):

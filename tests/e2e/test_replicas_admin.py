@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.support import redis_server, run_gateway
+from tests.support import redis_server, run_gateway, stdio_backend
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -68,3 +68,27 @@ async def test_a_principal_made_on_one_replica_is_known_on_every_replica(redis_u
             assert gone.status_code == 204
             assert await eventually(lambda: status_with(http, first.url, "new-token"), 401) == 401
             assert await status_with(http, first.url, "ops-token") == 200
+
+
+async def test_an_operator_answers_a_permission_request_on_any_replica(redis_url: str) -> None:
+    """MGP interactive: the request waits on the replica whose backend asked; the operator's answer,
+    sent to another replica, runs there through the bus and reaches the backend."""
+    config = {
+        "backends": {"mgp": {**stdio_backend("tests.e2e.backends.mgp_server"), "required": True}},
+        "auth": {"admin_token": ADMIN},
+        "principals": {"alice": {"tokens": ["alice-token"], "capabilities": ["*"]}},
+        "mgp": {"permission_policy": "interactive", "approved_permissions": ["filesystem.*"]},
+        "bus": {"kind": "redis", "url": redis_url},
+    }
+    admin = {"authorization": f"Bearer {ADMIN}"}
+    with run_gateway(config) as first, run_gateway(config) as second:
+        async with httpx.AsyncClient(timeout=10, headers=admin) as http:
+            [waiting] = (await http.get(f"{first.url}/admin/mgp/permissions")).json()["pending"]
+            answer = {"grants": {"shell.execute": "approved"}}
+            answered = await http.post(f"{second.url}/admin/mgp/permissions/{waiting['request_id']}", json=answer)
+            assert answered.status_code == 200, answered.text
+            assert answered.json()["grants"]["shell.execute"]["decision"] == "approved"
+            assert (await http.get(f"{first.url}/admin/mgp/permissions")).json()["pending"] == []
+            missing = waiting["request_id"].rsplit("@", 1)[0] + "@nobody"
+            gone = await http.post(f"{second.url}/admin/mgp/permissions/{missing}", json=answer)
+            assert gone.status_code == 502, "a replica that is not there: a clear error, not a hang"
