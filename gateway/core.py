@@ -26,7 +26,7 @@ from gateway.mgp.assembly import assemble as assemble_mgp
 from gateway.mgp.lifecycle import Lifecycle
 from gateway.mrtr import Parking
 from gateway.replicas.assembly import Replicas, replica_id
-from gateway.replicas.records import apply as apply_record, credentials_of, initialize_params
+from gateway.replicas.records import apply as apply_record, apply_mcpl, credentials_of, initialize_params
 from gateway.routing import Router
 from gateway.routing.backend_events import BackendEvents
 from gateway.routing.catalog import Catalog
@@ -427,6 +427,9 @@ class Gateway:
         params = initialize_params(session)
         self.mcpl.on_initialize(session, params, {})
         self.mgp.server.on_initialize(session, params, {})
+        mcpl_record = record.get("mcpl")
+        if session.mcpl is not None and isinstance(mcpl_record, dict):
+            apply_mcpl(session.mcpl, mcpl_record)  # the host's choices, on the facet derived just now
         self.metrics.sessions.labels(transport).inc()
         return session
 

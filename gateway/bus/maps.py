@@ -105,7 +105,7 @@ class RedisMaps(Maps):
         self._bus = bus
 
     def _key(self, key: str) -> str:
-        return self._bus._key(key)  # the bus's prefix: maps live in the same namespace as its keys
+        return self._bus.key(key)  # the bus's prefix: maps live in the same namespace as its keys
 
     async def _eval(self, script: str, key: str, *args: bytes | str | int) -> object:
         name = self._key(key)

@@ -216,6 +216,11 @@ class RedisBus(Bus):
     def _key(self, key: str) -> str:
         return self._prefix + key
 
+    def key(self, name: str) -> str:
+        """``name`` in this bus's namespace (its prefix), for code beside the bus (``maps``, the
+        replicas' event history) that runs its own commands through :meth:`command`."""
+        return self._prefix + name
+
     async def _publish_now(self, channel: str, data: bytes) -> int:
         return int(await self._bounded(lambda: self.redis.publish(self._key(channel), data)))
 

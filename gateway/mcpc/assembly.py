@@ -89,7 +89,7 @@ class Mcpc:
     # ---- the chain, the audit stream, MCPL hosts ---------------------------------------------------
 
     def _visible(self, task: Task, message: McpcMessage) -> bool:
-        session = self._sessions.get(task.session_key)
+        session = self._sessions.peek(task.session_key)
         principal = session.principal if session is not None else task.principal
         if principal is None:
             return True  # the gateway's own caller (an MCPx bridge call was decided when it came in)
@@ -107,7 +107,7 @@ class Mcpc:
                 task=task.id,
                 **({"result": task.ended} if task.ended else {}),
             )
-        session = self._sessions.get(task.session_key)
+        session = self._sessions.peek(task.session_key)
         if session is not None and session.mcpl is not None:
             self._push_to_hosts(task.backend, message, [session], tool=task.exposed)
 

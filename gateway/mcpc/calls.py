@@ -51,7 +51,7 @@ from gateway.routing.call import Call, CallSink, PolicyDenied, Routed
 from gateway.upstreams.pending import MISSING
 
 if TYPE_CHECKING:
-    from gateway.mcpc.backends import McpcBackends
+    from gateway.mcpc.backends import BackendInfo, McpcBackends
     from gateway.sessions import ClientSession
     from gateway.upstreams.connection import BackendConnection, CallOwner
     from policies.mcpc_tasks import McpcTaskLimits
@@ -110,9 +110,7 @@ class McpcCalls:
         ref = call.event.facets.get("mcpc")
         if ref is not None and ("task_id" not in ref or ref.get("handshake")):
             ref = None
-        arguments = md_wire.without_metadata(params.get("arguments"))
-        if arguments is not params.get("arguments"):
-            params = {**params, "arguments": arguments}
+        params, arguments = _without_client_metadata(params)
         info = await self._backends.settled(conn)
         mcpc_client = session.mcpc is not None and ref is not None
         if info is None and not mcpc_client:
@@ -142,13 +140,18 @@ class McpcCalls:
             owner=owner,
             gateway_run=info is None,
         )
-        if info is not None:
-            params = {
-                **params,
-                "arguments": md_wire.with_metadata(arguments, task.session_id, task.id, info.version),
-            }
+        if info is None:
+            self._tasks.open(task, conn.config.timeout_s)
+            return params, Plan(task, held, callbacks)
+        return self._file(task, conn, params, arguments, info), Plan(task, held, callbacks)
+
+    def _file(
+        self, task: Task, conn: BackendConnection, params: dict[str, Any], arguments: Any, info: BackendInfo
+    ) -> dict[str, Any]:
+        """File a task of an MCPC backend before its call is sent: the call's params then name it in
+        the form the backend's version reads."""
         self._tasks.open(task, conn.config.timeout_s)
-        return params, Plan(task, held, callbacks)
+        return {**params, "arguments": md_wire.with_metadata(arguments, task.session_id, task.id, info.version)}
 
     def _session_id(self, session: ClientSession) -> str:
         sid = self._session_ids.get(session.id)
@@ -209,17 +212,21 @@ class McpcCalls:
     async def settle(self, call: Call, plan: Plan, response: dict[str, Any]) -> dict[str, Any]:
         """The client's answer, from the backend's answer to a call of an MCPC backend."""
         task = plan.task
-        if "error" in response:
-            self._tasks.discard(task)
-            return response
-        mine = self._claim(task, response.get("result"))
+        mine = self._task_messages(task, response)
         if not mine:
-            self._tasks.discard(task)  # an ordinary tool of an MCPC backend
             return response
         if plan.callbacks is not None:
             return self._for_mcpc_client(plan.callbacks, task, response, mine)
         assert plan.held is not None
         return await self._hold((call.session.id, call.rpc_id), plan.held, task, mine)
+
+    def _task_messages(self, task: Task, response: dict[str, Any]) -> list[McpcMessage]:
+        """The task's messages in the backend's answer; none (an error, or an ordinary tool of an
+        MCPC backend answering like any tool): the task is forgotten and the answer stands."""
+        mine = [] if "error" in response else self._claim(task, response.get("result"))
+        if not mine:
+            self._tasks.discard(task)
+        return mine
 
     def _claim(self, task: Task, result: Any) -> list[McpcMessage]:
         """The messages of ``task`` in a result. A backend that named the task by an id of its own
@@ -277,9 +284,7 @@ class McpcCalls:
     ) -> dict[str, Any]:
         """``tools/call`` to ``conn`` for ``caller``: an MCPC backend's task is held to its end, as for
         a plain client (the caller's admission was decided before); anything else is an ordinary call."""
-        arguments = md_wire.without_metadata(params.get("arguments"))
-        if arguments is not params.get("arguments"):
-            params = {**params, "arguments": arguments}
+        params, arguments = _without_client_metadata(params)
         info = await self._backends.settled(conn)
         if info is None or not isinstance(params.get("name"), str):
             return await conn.request("tools/call", params, sink)
@@ -289,19 +294,14 @@ class McpcCalls:
         held = HeldCall(sink, _progress_token(params), conn.name)
         tool = params["name"]
         task = Task(new_id("sb-task-"), new_id("sb-session-"), conn.name, tool, tool, caller, None, held)
-        params = {**params, "arguments": md_wire.with_metadata(arguments, task.session_id, task.id, info.version)}
-        self._tasks.open(task, conn.config.timeout_s)
+        params = self._file(task, conn, params, arguments, info)
         try:
             response = await conn.request("tools/call", params, sink)
         except BaseException:
             self._tasks.discard(task)
             raise
-        if "error" in response:
-            self._tasks.discard(task)
-            return response
-        mine = self._claim(task, response.get("result"))
+        mine = self._task_messages(task, response)
         if not mine:
-            self._tasks.discard(task)
             return response
         return await self._hold((caller, response.get("id")), held, task, mine)
 
@@ -332,6 +332,15 @@ class McpcCalls:
             job.cancel()
         await asyncio.gather(*jobs, return_exceptions=True)
         self._tasks.close_all("the gateway is shutting down")
+
+
+def _without_client_metadata(params: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """``params`` without a client's MCPC metadata (it would name another client's task), and the
+    arguments left."""
+    arguments = md_wire.without_metadata(params.get("arguments"))
+    if arguments is not params.get("arguments"):
+        params = {**params, "arguments": arguments}
+    return params, arguments
 
 
 def _progress_token(params: dict[str, Any]) -> Any:

@@ -33,32 +33,30 @@ Entry = tuple[int | None, dict[str, Any]]
 
 class History:
     def __init__(self, bus: Bus, keep: int, ttl_s: float) -> None:
-        self._bus = bus
+        from gateway.bus.redis import RedisBus
+
+        # Shared sessions run on the Redis bus; any other bus (unit tests) keeps the history here.
+        self._redis = bus if isinstance(bus, RedisBus) else None
         self._keep = max(keep, 1)
         self._ttl_ms = int(ttl_s * 1000)
-        self._memory: dict[str, list[bytes]] = {}  # a bus without Redis (tests): kept in this process
-
-    def _key(self, session_id: str) -> str:
-        return f"events:{session_id}"
+        self._memory: dict[str, list[bytes]] = {}
 
     async def append(self, session_id: str, seq: int | None, message: dict[str, Any]) -> None:
         data = orjson.dumps([seq, message])
-        command = getattr(self._bus, "command", None)
-        if command is None:
+        if self._redis is None:
             kept = self._memory.setdefault(session_id, [])
             kept.append(data)
             del kept[: -self._keep]
             return
-        key = self._bus._key(self._key(session_id))  # type: ignore[attr-defined]  # RedisBus
-        await command(lambda r: r.eval(_APPEND, 1, key, data, self._keep, self._ttl_ms))
+        key = self._redis.key(f"events:{session_id}")
+        await self._redis.command(lambda r: r.eval(_APPEND, 1, key, data, self._keep, self._ttl_ms))
 
     async def entries(self, session_id: str) -> list[Entry]:
-        command = getattr(self._bus, "command", None)
-        if command is None:
-            raw: list[bytes] = list(self._memory.get(session_id, []))
+        if self._redis is None:
+            raw: list[bytes | str] = list(self._memory.get(session_id, []))
         else:
-            key = self._bus._key(self._key(session_id))  # type: ignore[attr-defined]  # RedisBus
-            raw = list(await command(lambda r: r.lrange(key, 0, -1)))
+            key = self._redis.key(f"events:{session_id}")
+            raw = list(await self._redis.command(lambda r: r.lrange(key, 0, -1)))
         out: list[Entry] = []
         for item in raw:
             try:

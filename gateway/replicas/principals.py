@@ -72,18 +72,12 @@ class SharedPrincipals:
             log.warning("principal %s changed here only (the bus is unavailable: %s)", name, exc)
 
     async def _listen(self) -> None:
-        while True:
-            try:
-                async for data in self._bus.subscribe(CHANNEL):
-                    news = _loads(data)
-                    if news and news.get("by") != self._replica and isinstance(news.get("name"), str):
-                        if self._apply(news["name"], news.get("config")):
-                            self._changed()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("admin channel lost (%s); listening again in 1s", exc)
-                await asyncio.sleep(1.0)
+        # A bus subscription outlives a Redis outage (it reconnects by itself: gateway/bus/redis_pubsub.py).
+        async for data in self._bus.subscribe(CHANNEL):
+            news = _loads(data)
+            if news and news.get("by") != self._replica and isinstance(news.get("name"), str):
+                if self._apply(news["name"], news.get("config")):
+                    self._changed()
 
     def _apply(self, name: str, config: Any) -> bool:
         if config is None:

@@ -50,7 +50,8 @@ MAX_FORWARD_QUEUE = 4096
 CHANNEL = "sessions"
 _HOLDER_TTL_S = 30.0
 
-# Restores a record into a new local session (None: not restorable here, e.g. an unknown view).
+# Restores a record into a new local session, the whole record applied (None: not restorable here,
+# e.g. an unknown view).
 Restore = Callable[[str, dict[str, Any]], "ClientSession | None"]
 
 
@@ -165,8 +166,7 @@ class SharedSessions:
                 # No record (expired, or a Redis that came back empty): this copy is the session's
                 # state now. An end elsewhere is announced on the channel and ends copies directly.
                 self._stale.discard(session_id)
-                if await self._write(session, self.replica if session.standalone.attached else None):
-                    self._written[session_id] = (fingerprint(session), time.monotonic())
+                await self._share(session)
             return session
         assert isinstance(record, dict)
         self._stale.discard(session_id)
@@ -176,7 +176,8 @@ class SharedSessions:
                 return None
             self._adopt(session)
             log.info("session %s adopted from the bus", session_id[:8])
-        apply(session, record)
+        else:
+            apply(session, record)  # a restored copy is built from the record already
         self._refreshed(session)
         self._written[session_id] = (fingerprint(session), time.monotonic())
         return session
@@ -195,10 +196,13 @@ class SharedSessions:
         mark = fingerprint(session)
         last = self._written.get(session.id)
         now = time.monotonic()
-        if last is not None and last[0] == mark and now - last[1] < self._ttl_s / 4:
-            return
+        if last is None or last[0] != mark or now - last[1] >= self._ttl_s / 4:
+            await self._share(session)
+
+    async def _share(self, session: ClientSession) -> None:
+        """Write the record as this copy has it; only what was stored counts as shared."""
         if await self._write(session, self.replica if session.standalone.attached else None):
-            self._written[session.id] = (mark, now)  # only what was stored counts as shared
+            self._written[session.id] = (fingerprint(session), time.monotonic())
 
     async def ended(self, session: ClientSession) -> None:
         """Ended on purpose (DELETE): everywhere."""
@@ -325,20 +329,13 @@ class SharedSessions:
     async def _store_all(self) -> None:
         for session in list(self._store):
             if not session.closed and session.initialized:
-                if await self._write(session, self.replica if session.standalone.attached else None):
-                    self._written[session.id] = (fingerprint(session), time.monotonic())
+                await self._share(session)
 
     async def _listen(self) -> None:
-        """Other replicas' changes: local copies refresh before their next request; ends end them."""
-        while True:
-            try:
-                async for data in self._bus.subscribe(CHANNEL):
-                    self._on_news(data)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("sessions channel lost (%s); listening again in 1s", exc)
-                await asyncio.sleep(1.0)
+        """Other replicas' changes: local copies refresh before their next request; ends end them.
+        (A bus subscription outlives a Redis outage: it reconnects by itself, gateway/bus/redis_pubsub.py.)"""
+        async for data in self._bus.subscribe(CHANNEL):
+            self._on_news(data)
 
     def _on_news(self, data: bytes) -> None:
         try:
