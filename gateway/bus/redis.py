@@ -213,16 +213,13 @@ class RedisBus(Bus):
 
     # ---- operations ----------------------------------------------------------------------------
 
-    def _key(self, key: str) -> str:
-        return self._prefix + key
-
     def key(self, name: str) -> str:
-        """``name`` in this bus's namespace (its prefix), for code beside the bus (``maps``, the
-        replicas' event history) that runs its own commands through :meth:`command`."""
+        """``name`` in this bus's namespace (its prefix): every key and channel of the bus, and of code
+        beside it (``maps``, the replicas' event history) that runs its own commands through :meth:`command`."""
         return self._prefix + name
 
     async def _publish_now(self, channel: str, data: bytes) -> int:
-        return int(await self._bounded(lambda: self.redis.publish(self._key(channel), data)))
+        return int(await self._bounded(lambda: self.redis.publish(self.key(channel), data)))
 
     async def publish(self, channel: str, data: bytes) -> int:
         if self._outbox or not self._health.healthy:
@@ -237,11 +234,11 @@ class RedisBus(Bus):
 
     def subscribe(self, channel: str, max_queue: int = 1024) -> AsyncIterator[bytes]:
         return redis_pubsub.subscribe(
-            self.redis, self._key(channel), self._health, self._counters, self._timeout, lambda: not self._started
+            self.redis, self.key(channel), self._health, self._counters, self._timeout, lambda: not self._started
         )
 
     async def get(self, key: str) -> bytes | None:
-        value = await self._bounded(lambda: self.redis.get(self._key(key)))
+        value = await self._bounded(lambda: self.redis.get(self.key(key)))
         return value if isinstance(value, bytes) else None
 
     async def set(self, key: str, value: bytes, ttl_s: float | None = None, only_if_absent: bool = False) -> bool:
@@ -249,7 +246,7 @@ class RedisBus(Bus):
         if only_if_absent and await self._local.claimed(key):
             return False  # claimed here while Redis was away, and not expired yet
         try:
-            return bool(await self._bounded(lambda: self.redis.set(self._key(key), value, px=px, nx=only_if_absent)))
+            return bool(await self._bounded(lambda: self.redis.set(self.key(key), value, px=px, nx=only_if_absent)))
         except BusUnavailable:
             if not only_if_absent:
                 raise
@@ -257,11 +254,11 @@ class RedisBus(Bus):
 
     async def delete(self, key: str) -> None:
         await self._local.forget(key)
-        await self._bounded(lambda: self.redis.delete(self._key(key)))
+        await self._bounded(lambda: self.redis.delete(self.key(key)))
 
     async def incr(self, key: str, amount: int = 1, ttl_s: float | None = None) -> int:
         px = int(ttl_s * 1000) if ttl_s else 0
-        return int(await self._bounded(lambda: self._incr(keys=[self._key(key)], args=[amount, px])))
+        return int(await self._bounded(lambda: self._incr(keys=[self.key(key)], args=[amount, px])))
 
     async def take(self, key: str, per_s: float, burst: float, cost: float = 1.0) -> float:
         check_bucket(per_s, burst, cost)
@@ -269,7 +266,7 @@ class RedisBus(Bus):
             return math.inf
         try:
             result = await self._bounded(
-                lambda: self._take(keys=[self._key(key)], args=[repr(per_s), repr(burst), repr(cost)])
+                lambda: self._take(keys=[self.key(key)], args=[repr(per_s), repr(burst), repr(cost)])
             )
         except BusUnavailable:
             return await self._local.take(key, per_s, burst, cost)

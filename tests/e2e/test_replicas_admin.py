@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tests.replicas.support import ACCEPT, INIT
 from tests.support import redis_server, run_gateway, stdio_backend
 
 pytestmark = pytest.mark.timeout(90)
@@ -19,13 +20,6 @@ CONFIG = {
     "principals": {"ops": {"tokens": ["ops-token"], "capabilities": ["*"]}},
     "backends": {"demo": {"transport": "builtin"}},
 }
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-}
-ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
 @pytest.fixture(scope="module")

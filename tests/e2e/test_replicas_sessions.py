@@ -17,7 +17,7 @@ import pytest
 from mcp.client import Client
 from mcp.client.sse import sse_client
 
-from tests.replicas.support import Replicas, replicas
+from tests.replicas.support import ACCEPT, INIT, Replicas, replicas
 from tests.support import dynamic_backend, fixture_stdio_backend, redis_server
 
 pytestmark = [
@@ -26,13 +26,6 @@ pytestmark = [
 ]
 
 CONFIG = {"backends": {"fx": fixture_stdio_backend(required=True)}}
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-}
-ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
 @pytest.fixture(scope="module")
@@ -106,15 +99,9 @@ async def test_a_legacy_sse_session_answers_on_its_stream_wherever_its_posts_lan
 
 
 async def test_delete_on_one_replica_ends_the_session_on_every_replica(two: Replicas) -> None:
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-    }
-    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    headers = ACCEPT
     async with httpx.AsyncClient(timeout=10) as http:
-        first = await http.post(two.mcp, json=init, headers=headers)
+        first = await http.post(two.mcp, json=INIT, headers=headers)
         session = first.headers["mcp-session-id"]
         headers = {**headers, "mcp-session-id": session, "mcp-protocol-version": "2025-06-18"}
         await http.post(two.mcp, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)

@@ -10,6 +10,16 @@ from typing import Any
 
 from tests.support import RunningGateway, http_server, run_gateway
 
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+"""A legacy ``initialize`` for raw HTTP tests."""
+ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+"""What a Streamable HTTP POST accepts and sends."""
+
 
 @dataclass
 class Replicas:

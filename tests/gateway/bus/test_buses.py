@@ -124,10 +124,10 @@ async def test_idle_bucket_is_forgotten_once_full_again(bus: Bus) -> None:
     assert await bus.take("idle", per_s=20.0, burst=2) == 0.0
     if isinstance(bus, RedisBus):
         # 1 token at 20/s: full again in 50 ms, which is when the key expires.
-        ttl = await bus.redis.pttl(bus._key("idle"))
+        ttl = await bus.redis.pttl(bus.key("idle"))
         assert 0 < ttl <= 50
         await asyncio.sleep(0.15)
-        assert await bus.redis.exists(bus._key("idle")) == 0
+        assert await bus.redis.exists(bus.key("idle")) == 0
     else:
         assert isinstance(bus, MemoryBus)
         assert "idle" in bus._buckets
@@ -144,7 +144,7 @@ async def test_a_bucket_that_refills_over_centuries_still_works(bus: Bus) -> Non
     wait = await bus.take("glacial", per_s=1e-18, burst=1e6, cost=1e6)
     assert wait > 1e17
     if isinstance(bus, RedisBus):
-        assert await bus.redis.pttl(bus._key("glacial")) > 0
+        assert await bus.redis.pttl(bus.key("glacial")) > 0
 
 
 async def test_memory_bucket_table_does_not_grow_without_bound() -> None:
