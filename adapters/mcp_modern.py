@@ -119,12 +119,30 @@ def render_scalar(value: Any) -> str | None:
     return None
 
 
+# Schemas are walked once each: a tool's schema object lives as long as its backend's cached
+# tools/list, and every modern tools/call would walk it again. Keyed by identity; the entry keeps
+# the schema alive so its id cannot be reused while cached.
+_PATHS_CACHE: dict[int, tuple[Any, dict[tuple[str, ...], str]]] = {}
+_PATHS_CACHE_MAX = 4096
+
+
 def param_header_paths(input_schema: Any) -> dict[tuple[str, ...], str]:
     """``x-mcp-header`` annotations of a tool's input schema: property path -> header token.
 
     Only properties reached from the root through plain ``properties`` chains count, as the spec
-    requires; anything else is not a declared header.
+    requires; anything else is not a declared header. The result is shared: do not change it.
     """
+    cached = _PATHS_CACHE.get(id(input_schema))
+    if cached is not None and cached[0] is input_schema:
+        return cached[1]
+    found = _walk_param_headers(input_schema)
+    if len(_PATHS_CACHE) >= _PATHS_CACHE_MAX:
+        _PATHS_CACHE.clear()
+    _PATHS_CACHE[id(input_schema)] = (input_schema, found)
+    return found
+
+
+def _walk_param_headers(input_schema: Any) -> dict[tuple[str, ...], str]:
     found: dict[tuple[str, ...], str] = {}
 
     def walk(schema: Any, path: tuple[str, ...]) -> None:

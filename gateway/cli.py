@@ -168,6 +168,7 @@ async def _serve(config: Config, config_path: str | None = None, role: WorkerRol
     import uvicorn
 
     from gateway.app import build_app, front_doors
+    from gateway.collector import tune_collector
     from gateway.transports.coalesce import CoalescingHttpToolsProtocol
     from gateway.transports.ws_server import SafeWebSocketProtocol
     from gateway.workers import listening_socket, ready_server
@@ -178,6 +179,7 @@ async def _serve(config: Config, config_path: str | None = None, role: WorkerRol
     shown = f"[{host}]" if ":" in host else host
     base = f"http://{shown}:{port}"
     app = build_app(config)
+    tune_collector()  # after the app is built: what it holds is frozen (gateway/collector.py)
     server_config = uvicorn.Config(
         app,
         log_level=config.log_level,

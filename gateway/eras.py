@@ -23,6 +23,7 @@ from adapters.mcp import CLIENT_CAPABILITY_OF
 from gateway import jsonrpc
 from gateway.routing.call import Call, CallSink
 from gateway.routing.forwarding import call_backend, finish
+from gateway.sessions import InputSignal
 
 if TYPE_CHECKING:
     from gateway.channels import Channel
@@ -124,19 +125,25 @@ class EraBridge:
         task: asyncio.Task[dict[str, Any]],
         sink: CallSink,
     ) -> dict[str, Any]:
-        if session.input_ready is None:
-            session.input_ready = asyncio.Event()
+        signal = session.input_ready
+        if signal is None:
+            signal = session.input_ready = InputSignal()
         while not session.input_requests and not session.missing_capabilities:
-            session.input_ready.clear()
-            waiter = asyncio.ensure_future(session.input_ready.wait())
-            either: set[asyncio.Future[Any]] = {task, waiter}
+            wake = signal.waiter()
+
+            def ring(_done: object, wake: asyncio.Future[None] = wake) -> None:
+                if not wake.done():
+                    wake.set_result(None)
+
+            task.add_done_callback(ring)
             try:
-                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+                await wake
             except asyncio.CancelledError:
                 task.cancel()  # the client closed its stream: that cancels the backend call too
                 raise
             finally:
-                waiter.cancel()
+                task.remove_done_callback(ring)
+                signal.discard(wake)
             if task.done():
                 session.inflight.pop(client_id, None)
                 return finish(session, client_id, backend, method, task.result())

@@ -58,6 +58,31 @@ class Outgoing:
     future: asyncio.Future[dict[str, Any]] | None = None
 
 
+class InputSignal:
+    """Wakes whoever waits for a modern session's input requests (gateway/eras.py): a plain future
+    per wait, where an ``asyncio.Event`` would need a task per wait to race it against the call."""
+
+    __slots__ = ("_waiting",)
+
+    def __init__(self) -> None:
+        self._waiting: list[asyncio.Future[None]] = []
+
+    def set(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        for future in waiting:
+            if not future.done():
+                future.set_result(None)
+
+    def waiter(self) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(future)
+        return future
+
+    def discard(self, future: asyncio.Future[None]) -> None:
+        if future in self._waiting:
+            self._waiting.remove(future)
+
+
 class ClientSession:
     def __init__(self, session_id: str, transport: str, view: View, principal: Principal, limits: Limits) -> None:
         self.id = session_id
@@ -82,7 +107,7 @@ class ClientSession:
         # A client that cannot be asked mid-request (modern): a backend's request to it is collected
         # here and turned into an input_required result (see gateway/eras.py).
         self.input_requests: list[tuple[str, str, Any]] = []
-        self.input_ready: asyncio.Event | None = None
+        self.input_ready: InputSignal | None = None
         self.missing_capabilities: list[str] = []
         # An MCPL host's feature-set choices, scopes and approvals (None: not an MCPL host).
         self.mcpl: McplSession | None = None

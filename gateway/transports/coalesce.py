@@ -14,33 +14,28 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from gateway.write_batch import write_batch
+
 
 class CoalescingTransport:
-    __slots__ = ("_buffer", "_loop", "_scheduled", "_transport")
+    __slots__ = ("_batch", "_buffer", "_scheduled", "_transport")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
-        self._loop = loop
+        self._batch = write_batch(loop)
         self._buffer: list[bytes] = []
         self._scheduled = False
 
     def write(self, data: bytes) -> None:
-        if self._buffer:
-            # The second write of the iteration (uvicorn's body after its headers): send both now
-            # rather than one loop iteration later.
-            self._buffer.append(data)
-            self.flush()
-            return
+        # Sent at the end of this loop iteration, with every other connection's writes of the
+        # iteration (gateway/write_batch.py): uvicorn's headers and body leave as one.
         self._buffer.append(data)
         if not self._scheduled:
             self._scheduled = True
-            self._loop.call_soon(self._deferred_flush)
-
-    def _deferred_flush(self) -> None:
-        self._scheduled = False
-        self.flush()
+            self._batch.flush_later(self)
 
     def flush(self) -> None:
+        self._scheduled = False
         if self._buffer:
             data = b"".join(self._buffer) if len(self._buffer) > 1 else self._buffer[0]
             self._buffer.clear()
@@ -56,17 +51,42 @@ class CoalescingTransport:
 
 
 ABORT_KEY = "switchboard.abort"
+# A scope's ``LOST_KEY`` makes a future that resolves when the client's connection is lost: what a
+# task blocked on ``receive()`` would learn, without a task per request (gateway/transports/http_common.py).
+LOST_KEY = "switchboard.lost"
 
 
 class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     # Like uvicorn's own, this narrows asyncio.Protocol's BaseTransport parameter to a Transport.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's signature
         coalescing = CoalescingTransport(transport, asyncio.get_running_loop())
+        self._lost_watchers: list[asyncio.Future[None]] = []
+        self._lost = False
         super().connection_made(coalescing)  # type: ignore[arg-type]  # a duck-typed Transport: __getattr__ forwards
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        super().connection_lost(exc)
+        watchers, self._lost_watchers = self._lost_watchers, []
+        for watcher in watchers:
+            if not watcher.done():
+                watcher.set_result(None)
+
+    def _watch_lost(self) -> asyncio.Future[None]:
+        watcher: asyncio.Future[None] = self.loop.create_future()
+        if self._lost:
+            watcher.set_result(None)
+            return watcher
+        # A kept-alive connection serves many requests: forget the watchers of finished ones.
+        self._lost_watchers = [w for w in self._lost_watchers if not w.done()]
+        self._lost_watchers.append(watcher)
+        return watcher
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
         # A door that must drop a client which stopped reading cannot finish its response (the
         # send is blocked on a full socket); aborting the connection is the clean way out.
         # The scope is a plain dict at runtime; uvicorn's HTTPScope TypedDict lists only the ASGI spec's keys.
-        cast(dict[str, Any], self.scope)[ABORT_KEY] = self.transport.abort
+        scope = cast(dict[str, Any], self.scope)
+        scope[ABORT_KEY] = self.transport.abort
+        scope[LOST_KEY] = self._watch_lost

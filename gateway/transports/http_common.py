@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from gateway import errors, jsonrpc
+from gateway.transports.coalesce import LOST_KEY
 
 # What an ASGI server passes (a dict from uvicorn; starlette types it as this mapping).
 Scope = MutableMapping[str, Any]
@@ -129,6 +130,19 @@ async def send_unauthorized(send: Send, scope: Scope, reason: str, error: str | 
     await send_rpc_error(
         send, 401, jsonrpc.INVALID_REQUEST, f"Unauthorized: {reason}", rpc_id, extra=[("www-authenticate", challenge)]
     )
+
+
+def watch_disconnect(scope: Scope, receive: Receive) -> asyncio.Future[None]:
+    """A future done when the client has gone. Cancel it when the request is over.
+
+    Under the gateway's own protocol (transports/coalesce.py) it is a plain future the connection
+    resolves when lost; elsewhere (other ASGI servers, in-process tests) a task reading ``receive``.
+    """
+    watch = scope.get(LOST_KEY)
+    if watch is not None:
+        future: asyncio.Future[None] = watch()
+        return future
+    return asyncio.ensure_future(wait_disconnect(receive))
 
 
 async def wait_disconnect(receive: Receive) -> None:

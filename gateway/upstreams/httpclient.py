@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from gateway.write_batch import write_batch
+
 _HIGH_WATER = 1024 * 1024  # pause reading a response body once this much is unread
 _LOW_WATER = 256 * 1024
 
@@ -285,7 +287,7 @@ class ConnectionPool:
                 response = Response(conn, self)
                 conn.start(response)
                 assert conn.transport is not None
-                conn.transport.write(data)
+                write_batch().write(conn.transport, data)  # with the iteration's other writes
                 try:
                     await response._wait_headers()
                 except HttpError:
