@@ -228,10 +228,10 @@ class AdminApi:
         return JSONResponse({"approved": f"{backend}/{tool}"})
 
     async def mgp_permissions(self, request: Request) -> Response:
-        """MGP ``interactive``: the backends' permission requests waiting for an operator."""
+        """MGP ``interactive``: the backends' permission requests waiting for an operator, on every replica."""
         if (refused := self._authorized(request)) is not None:
             return refused
-        return JSONResponse({"pending": self._mgp.pending()})
+        return JSONResponse({"pending": await self._mgp.pending_everywhere()})
 
     async def answer_mgp_permissions(self, request: Request) -> Response:
         """An operator's answer ``{"grants": {perm: "approved" | "denied" | {"decision": ...}}}``; the

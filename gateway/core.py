@@ -183,6 +183,8 @@ class Gateway:
             remove_backend=self.runtime.remove,
             backend_lost=self._backend_lost,
             replica=replica,
+            registrations=self.replicas.registrations,
+            permissions=self.replicas.permissions,
         )
         # MCPC (gateway/mcpc/): detection on connect, the task table, callbacks, translation both ways.
         self.mcpc = Mcpc(

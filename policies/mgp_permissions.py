@@ -260,6 +260,10 @@ class PendingPermissions:
     each runs whole; a request is resolved once (answered, expired, cancelled), and its waiter gets that
     resolution. Expiry is checked against ``clock`` on every access (:meth:`sweep`), and :meth:`wait`
     also times out in real time, so a request nobody answers ends denied after ``timeout_s``.
+
+    ``on_change(request, opened)`` (optional) is told of every request opened (True) and of every
+    resolution (False: answered, expired, cancelled), once each, synchronously: it must not raise
+    nor block (many replicas mirror the waiting requests: gateway/replicas/permission_board.py).
     """
 
     def __init__(
@@ -269,6 +273,7 @@ class PendingPermissions:
         grant_ttl_s: float = 86400.0,
         clock: Clock = time.time,
         new_id: Callable[[], str] = lambda: f"perm-{uuid.uuid4().hex[:16]}",
+        on_change: Callable[[PendingRequest, bool], None] | None = None,
     ) -> None:
         if timeout_s <= 0 or max_pending < 1 or grant_ttl_s <= 0:
             raise ValueError("timeout_s and grant_ttl_s must be positive and max_pending at least 1")
@@ -277,6 +282,7 @@ class PendingPermissions:
         self.grant_ttl_s = grant_ttl_s
         self.clock = clock
         self._new_id = new_id
+        self._on_change = on_change
         self._requests: dict[str, PendingRequest] = {}
 
     def __len__(self) -> int:
@@ -300,6 +306,8 @@ class PendingPermissions:
             message or f"Waiting for operator approval of {server_id}'s permissions",
         )
         self._requests[request_id] = request
+        if self._on_change is not None:
+            self._on_change(request, True)
         return request
 
     def sweep(self) -> list[str]:
@@ -368,13 +376,14 @@ class PendingPermissions:
             self.cancel(request.request_id)
             raise
 
-    @staticmethod
-    def _resolve(request: PendingRequest, answer: PermissionAnswer, by: str) -> None:
+    def _resolve(self, request: PendingRequest, answer: PermissionAnswer, by: str) -> None:
         if request.answer is not None:
             return
         request.answer, request.answered_by = answer, by
         if request.future is not None and not request.future.done():  # a cancelled waiter's is done
             request.future.set_result(answer)
+        if self._on_change is not None:
+            self._on_change(request, False)
 
 
 # ---- the gate on tools/call --------------------------------------------------------------------

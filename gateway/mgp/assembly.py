@@ -15,7 +15,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from gateway.mgp.access_methods import AccessMethods
 from gateway.mgp.audit_stream import AuditStream
@@ -25,15 +25,15 @@ from gateway.mgp.drain import Drain
 from gateway.mgp.events import EventHub
 from gateway.mgp.federated_index import FederatedIndex
 from gateway.mgp.health import Health
-from gateway.mgp.kernel import Kernel
+from gateway.mgp.kernel import Kernel, PendingBoard
 from gateway.mgp.lifecycle import Lifecycle, LifecycleAudit, LifecycleNotifier
 from gateway.mgp.news import MgpNews
-from gateway.mgp.registry import AddBackend, Registry, RemoveBackend
+from gateway.mgp.registry import AddBackend, Registry, RemoveBackend, SharedRegistry
 from gateway.mgp.server import MgpServer
 from gateway.mgp.streaming import Streams
 from gateway.mgp.tool_facts import ToolFacts
 from gateway.mgp.tool_session import ContextBudget
-from policies.mgp_permissions import OWNER_MARK, PendingPermissions
+from policies.mgp_permissions import OWNER_MARK, PendingPermissions, PendingRequest
 
 if TYPE_CHECKING:
     from gateway.audit import AuditLog
@@ -44,6 +44,12 @@ if TYPE_CHECKING:
     from gateway.upstreams.connection import BackendConnection
     from policies.chain import PolicyChain
     from policies.mgp_access import AccessTable
+
+
+class SharedPending(PendingBoard, Protocol):
+    """The kernel's board that also hears every change of the waiting requests."""
+
+    def changed(self, request: PendingRequest, opened: bool) -> None: ...
 
 
 @dataclass(slots=True)
@@ -102,13 +108,19 @@ def assemble(
     remove_backend: RemoveBackend,
     backend_lost: Callable[[BackendConnection, str], None],
     replica: str = "",
+    registrations: SharedRegistry | None = None,
+    permissions: SharedPending | None = None,
 ) -> Mgp:
+    """``registrations`` and ``permissions``: with many replicas, runtime backends and waiting
+    permission requests shared with the others (gateway/replicas/); None keeps them here."""
     # A waiting permission request's id names its replica: an operator's answer on another replica
     # is run on this one (gateway/replicas/owner_relay.py).
     pending = PendingPermissions(
-        grant_ttl_s=config.grant_ttl_s, new_id=lambda: f"perm-{uuid.uuid4().hex[:16]}{OWNER_MARK}{replica}"
+        grant_ttl_s=config.grant_ttl_s,
+        new_id=lambda: f"perm-{uuid.uuid4().hex[:16]}{OWNER_MARK}{replica}",
+        on_change=permissions.changed if permissions is not None else None,
     )
-    kernel = Kernel(config, connections, pending=pending)
+    kernel = Kernel(config, connections, pending=pending, board=permissions)
     tools = ToolFacts(config, kernel)
     news = MgpNews()
 
@@ -151,7 +163,10 @@ def assemble(
         remove=remove_backend,
         audit=audit,
         register_commands=config.register_commands,
+        shared=registrations,
     )
+    if registrations is not None:
+        registrations.serve(registry)
     server.add(registry.handlers())
     return Mgp(
         kernel,

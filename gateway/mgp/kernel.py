@@ -15,7 +15,8 @@ for operators (``GET /admin/mgp/permissions``), and granted or denied when one a
 /admin/mgp/permissions/{request_id}``), or denied when the request expires; until then they are not
 granted; a backend that refuses the grant request still connects (it
 degrades as MGP allows); what was negotiated and granted per backend is kept for the policies
-(``grants_of``) and replaced on every (re)connect.
+(``grants_of``) and replaced on every (re)connect. With many replicas (``board``) the listing holds
+every replica's waiting requests (gateway/replicas/permission_board.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import dataclasses
 import itertools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -63,6 +64,14 @@ class Exchange(Protocol):
     ) -> dict[str, Any]: ...
 
 
+class PendingBoard(Protocol):
+    """The waiting permission requests of every replica (gateway/replicas/permission_board.py)."""
+
+    async def listing(self, local: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        """Every replica's waiting requests, ``local()`` (this replica's) among them, oldest first."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class BackendMgp:
     """What one backend negotiated and was granted on its latest connect."""
@@ -82,12 +91,14 @@ class Kernel:
         connections: Mapping[str, Requester] | None = None,
         decider: PermissionDecider | None = None,
         pending: PendingPermissions | None = None,
+        board: PendingBoard | None = None,
     ) -> None:
         self._decider = decider or PermissionDecider(
             config.permission_policy, config.approved_permissions, config.grant_ttl_s
         )
         # interactive: what waits for an operator (GET/POST /admin/mgp/permissions), bounded, expiring
         self._pending = pending if pending is not None else PendingPermissions(grant_ttl_s=config.grant_ttl_s)
+        self._board = board
         self._connections: Mapping[str, Requester] = connections if connections is not None else {}
         self._request_ids = itertools.count(1)
         self._backends: dict[str, BackendMgp] = {}
@@ -152,6 +163,11 @@ class Kernel:
     def pending(self) -> list[dict[str, Any]]:
         """Permission requests waiting for an operator, oldest first (the admin API's listing)."""
         return self._pending.list()
+
+    async def pending_everywhere(self) -> list[dict[str, Any]]:
+        """Permission requests waiting on any replica, oldest first (answered where they wait:
+        ``owner_of`` their id)."""
+        return await self._board.listing(self.pending) if self._board is not None else self.pending()
 
     async def answer(self, request_id: str, grants: object, approved_by: str) -> dict[str, Any]:
         """An operator answered a waiting request: the grants are recorded for the policies and sent to

@@ -22,6 +22,11 @@ request names, so it is refused unless the operator enabled ``mgp.register_comma
 off). A runtime backend's trust level is the operator's ``mgp.trust`` entry when there is one, else
 the one the registration declares, else ``experimental`` (§15.4: dynamic registrations get stricter
 treatment). Malformed params are -32602 with the validation's message.
+
+Many replicas (``shared``, gateway/replicas/registrations.py): a name is claimed deployment-wide
+before the backend joins (a name another replica holds is refused like a local one), and the
+registration or deregistration is then announced; the other replicas apply it with ``from_replica``
+(their own connection, no announcement, no second audit record: it is audited where it happened).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -59,6 +64,26 @@ _TRANSPORTS = {"stdio": "stdio", "http": "http", "sse": "sse", "ws": "ws", "webs
 
 AddBackend = Callable[[str, BackendConfig], Awaitable["BackendConnection"]]
 RemoveBackend = Callable[[str, float], Awaitable[None]]
+
+
+class SharedRegistry(Protocol):
+    """Runtime backends on every replica (gateway/replicas/registrations.py)."""
+
+    def serve(self, registry: Registry) -> None:
+        """The registry what other replicas registered is applied to."""
+        ...
+
+    async def claim(self, name: str, params: Mapping[str, Any], registered_by: str) -> bool:
+        """Take ``name`` for the whole deployment; False: another replica holds it."""
+        ...
+
+    async def announce(self, name: str, params: Mapping[str, Any], registered_by: str) -> None:
+        """``name`` joined here: the other replicas add it too."""
+        ...
+
+    async def withdraw(self, name: str) -> None:
+        """``name`` left here (or did not join after its claim): everywhere, and the claim goes."""
+        ...
 
 
 class _Declared(BaseModel):
@@ -111,6 +136,7 @@ class Registry:
         remove: RemoveBackend,
         audit: AuditLog,
         register_commands: bool = False,
+        shared: SharedRegistry | None = None,
     ) -> None:
         self._connections = connections
         self._catalog = catalog
@@ -121,6 +147,7 @@ class Registry:
         self._remove = remove
         self._audit = audit
         self._register_commands = register_commands
+        self._shared = shared
         self._runtime: dict[str, RuntimeBackend] = {}
 
     def handlers(self) -> dict[str, Callable[[Call], Awaitable[Routed]]]:
@@ -227,9 +254,12 @@ class Registry:
             entry["error"] = conn.last_error
         return entry
 
-    async def add_server(self, raw: Mapping[str, Any], registered_by: str) -> tuple[BackendConnection, RuntimeBackend]:
+    async def add_server(
+        self, raw: Mapping[str, Any], registered_by: str, from_replica: str | None = None
+    ) -> tuple[BackendConnection, RuntimeBackend]:
         """Register and connect a backend from §15.4 params (the method, and the admin API with the
-        admin token); raises RpcError for params the gateway refuses."""
+        admin token); raises RpcError for params the gateway refuses. ``from_replica``: registered
+        there and applied here (not claimed, announced, audited, nor waited for)."""
         params = _parse(RegisterParams, raw)
         name = params.id
         if not BACKEND_NAME.fullmatch(name):
@@ -239,12 +269,11 @@ class Registry:
                 "it becomes part of tool names and resource URIs",
             )
         if name in self._connections:
-            raise jsonrpc.RpcError(
-                MgpCode.SERVER_ALREADY_REGISTERED,
-                f"a server named {name!r} already exists",
-                mgp_error_data(MgpCode.SERVER_ALREADY_REGISTERED),
-            )
+            raise _taken(f"a server named {name!r} already exists")
         config = self._backend_config(params)
+        shared = self._shared if from_replica is None else None
+        if shared is not None and not await shared.claim(name, raw, registered_by):
+            raise _taken(f"a server named {name!r} is already registered on another replica")
         trust = self._trust.get(name) or security.normalize_trust(params.mgp.trust_level) or RUNTIME_TRUST
         record = RuntimeBackend(
             name=name,
@@ -260,8 +289,13 @@ class Registry:
             conn = await self._add(name, config)
         except ValueError as exc:  # taken meanwhile
             self._runtime.pop(name, None)
-            code = MgpCode.SERVER_ALREADY_REGISTERED
-            raise jsonrpc.RpcError(code, str(exc), mgp_error_data(code)) from None
+            if shared is not None:
+                await shared.withdraw(name)
+            raise _taken(str(exc)) from None
+        if from_replica is not None:
+            return conn, record
+        if shared is not None:
+            await shared.announce(name, raw, registered_by)  # the others connect while this one does
         await conn.wait_settled(config.connect_timeout_s)  # the first attempt, either way: reported
         self._audit.record(
             "backend_registered",
@@ -308,8 +342,11 @@ class Registry:
     async def deregister(self, call: Call) -> Routed:
         return Routed(jsonrpc.result(call.rpc_id, await self.remove_server(call.params, call.principal.name)))
 
-    async def remove_server(self, params: Mapping[str, Any], by: str) -> dict[str, Any]:
-        """Deregister a backend registered at runtime (the method, and the admin API); raises RpcError."""
+    async def remove_server(
+        self, params: Mapping[str, Any], by: str, from_replica: str | None = None
+    ) -> dict[str, Any]:
+        """Deregister a backend registered at runtime (the method, and the admin API); raises RpcError.
+        ``from_replica``: deregistered there and applied here (not announced nor audited)."""
         name = params.get("id")
         reason = params.get("reason")
         if not isinstance(name, str) or not name:
@@ -325,12 +362,21 @@ class Registry:
                 )
             raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, f"no server registered at runtime is named {name!r}")
         record = self._runtime.pop(name)  # at once: a second deregistration finds nothing
+        if self._shared is not None and from_replica is None:
+            await self._shared.withdraw(name)  # the others drain theirs meanwhile
         await self._remove(name, DRAIN_S)
-        self._audit.record("backend_deregistered", principal=by, backend=name, reason=reason or None)
         result: dict[str, Any] = {"id": name, "deregistered": True, "registered_by": record.registered_by}
+        if from_replica is not None:
+            return result
+        self._audit.record("backend_deregistered", principal=by, backend=name, reason=reason or None)
         if reason:
             result["reason"] = reason
         return result
+
+
+def _taken(message: str) -> jsonrpc.RpcError:
+    code = MgpCode.SERVER_ALREADY_REGISTERED
+    return jsonrpc.RpcError(code, message, mgp_error_data(code))
 
 
 def _filter(params: Mapping[str, Any]) -> tuple[str, frozenset[str], frozenset[str]]:

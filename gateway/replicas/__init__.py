@@ -1,7 +1,9 @@
 """Many replicas as one gateway (issue 14): what replicas share through the bus.
 
 ``shared_sessions``: legacy sessions and their standalone streams, any request on any replica.
-``records``: a session's shared state as JSON. With the memory bus, ``LocalSessions`` keeps today's
+``records``: a session's shared state as JSON. ``principals``, ``registrations`` (MGP §15 runtime
+backends) and ``permission_board`` (MGP permission requests waiting anywhere): the admin API's
+changes and listings on every replica. With the memory bus, ``LocalSessions`` keeps today's
 single-replica behaviour with no cost.
 """
 

@@ -1,8 +1,10 @@
 """What replicas share, assembled (issue 14, ADR 0016): one object the gateway holds as ``gw.replicas``.
 
 With the Redis bus: legacy sessions (``sessions``), the relay of requests only another replica can
-serve (``relay``, ``parked``), the deployment's ``requestState`` key, and principals changed through
-the admin API (``principals``). With the memory bus: ``LocalSessions`` and nothing else, at no cost.
+serve (``relay``, ``parked``), the deployment's ``requestState`` key, principals changed through
+the admin API (``principals``), backends registered at runtime (``registrations``, MGP §15) and the
+MGP permission requests waiting on any replica (``permissions``). With the memory bus:
+``LocalSessions`` and nothing else, at no cost.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gateway.replicas.owner_relay import OwnerRelay, ParkedRouting
+from gateway.replicas.permission_board import PermissionBoard
 from gateway.replicas.principals import SharedPrincipals
+from gateway.replicas.registrations import SharedRegistrations
 from gateway.replicas.shared_sessions import LocalSessions, Restore, SharedSessions
 from gateway.replicas.state_key import shared_state_key
 
@@ -56,6 +60,9 @@ class Replicas:
         self.relay = OwnerRelay(bus, replica) if shared else None
         self.parked = ParkedRouting(parking.owner_of, self.relay) if self.relay is not None else None
         self.principals = SharedPrincipals(bus, principals, principals_changed, replica) if shared else None
+        # Handed to the MGP assembly (the registry and the pending permissions are built there).
+        self.registrations = SharedRegistrations(bus, replica) if shared else None
+        self.permissions = PermissionBoard(bus, replica) if shared else None
 
     def created(self, session: ClientSession) -> None:
         if self.shared is not None:
@@ -75,6 +82,10 @@ class Replicas:
             self._parking.use_key(key)
         await self.relay.start()
         await self.principals.start()
+        if self.permissions is not None:
+            await self.permissions.start()
+        if self.registrations is not None:
+            await self.registrations.start()
 
     async def stop(self) -> None:
         await self.sessions.stop()
@@ -82,3 +93,7 @@ class Replicas:
             await self.relay.stop()
         if self.principals is not None:
             await self.principals.stop()
+        if self.registrations is not None:
+            await self.registrations.stop()
+        if self.permissions is not None:
+            await self.permissions.stop()
