@@ -3,10 +3,12 @@
 
 For every target (a server, or a proxy in front of an echo backend) the driver
 starts the processes on free 127.0.0.1 ports, opens one MCP session
-(`initialize` + `notifications/initialized`), checks that one `tools/call` of
-`echo` really comes back with the echoed text, then for each concurrency level
-runs wrk (bench/wrk/tools_call.lua) for a warm-up and a measured run while
-sampling the CPU time of the proxy and backend processes from /proc.
+(`initialize` + `notifications/initialized`; for switchboard-modern none: its
+requests are stateless 2026-07-28 ones, `server/discover` + `tools/list`),
+checks that one `tools/call` of `echo` really comes back with the echoed text,
+then for each concurrency level runs wrk (bench/wrk/tools_call.lua, or
+tools_call_modern.lua for the 2026-07-28 wire) for a warm-up and a measured
+run while sampling the CPU time of the proxy and backend processes from /proc.
 
 Results: a Markdown table on stdout, raw JSON in bench/results/latest.json and,
 with --record, a dated section appended to bench/RESULTS.md.
@@ -32,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.roundtrip.common import LOG_DIR, PROTOCOL_VERSION, RESULTS_DIR, StartError, log
+from bench.roundtrip.common import LOG_DIR, MODERN_PROTOCOL_VERSION, PROTOCOL_VERSION, RESULTS_DIR, StartError, log
 from bench.roundtrip.goals import evaluate_goals
 from bench.roundtrip.measure import TargetOutcome, add_derived, measure_target
 from bench.roundtrip.report import goals_table, loadavg, machine_info, markdown_table, versions, write_results_md
@@ -165,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             "concurrency": args.concurrency_list,
             "wrk_threads": args.threads,
             "protocol_version": PROTOCOL_VERSION,
+            "modern_protocol_version": MODERN_PROTOCOL_VERSION,  # switchboard-modern's stateless requests
             "sdk_json_response": args.sdk_json_response,
         },
         "label": args.label,

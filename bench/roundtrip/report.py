@@ -10,7 +10,16 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from bench.roundtrip.common import MCP_PROXY_VENV, PROTOCOL_VERSION, RESULTS_MD, ROOT, SUPERGATEWAY_JS, StartError, log
+from bench.roundtrip.common import (
+    MCP_PROXY_VENV,
+    MODERN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
+    RESULTS_MD,
+    ROOT,
+    SUPERGATEWAY_JS,
+    StartError,
+    log,
+)
 from bench.roundtrip.goals import Goal
 from bench.roundtrip.measure import TargetOutcome
 from bench.roundtrip.targets import node_binary
@@ -132,7 +141,8 @@ def write_results_md(report: dict[str, Any], table: str, goals_md: str) -> None:
         "during the measured runs",
         f"- settings: {st['duration_s']:g} s per run after a {st['warmup_s']:g} s warm-up, "
         f"concurrency {', '.join(map(str, st['concurrency']))}, wrk threads {st['wrk_threads']}, "
-        f"protocol {PROTOCOL_VERSION}, SDK server answers "
+        f"protocol {PROTOCOL_VERSION} sessions (switchboard-modern: stateless {MODERN_PROTOCOL_VERSION} "
+        "requests), SDK server answers "
         f"{'JSON' if st['sdk_json_response'] else 'SSE (SDK default)'}",
         "- versions: " + ", ".join(f"{k} {val}" for k, val in report["versions"].items()),
     ]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from bench.roundtrip.client import Era
 from bench.roundtrip.common import (
     BENCH,
     LOG_DIR,
@@ -25,10 +26,21 @@ from bench.roundtrip.common import (
 from bench.roundtrip.services import Service
 from tools.procs import free_port
 
-ALL_TARGETS = ["direct", "switchboard", "supergateway", "mcp-proxy", "sdk-direct", "switchboard-sdk"]
+# The canonical order (a run measures its targets in it): baselines first; the two eras of Switchboard
+# in front of the same backend next to each other, so that the ratio between them is taken close in time.
+ALL_TARGETS = [
+    "direct",
+    "switchboard",
+    "switchboard-modern",
+    "supergateway",
+    "mcp-proxy",
+    "sdk-direct",
+    "switchboard-sdk",
+]
 BASELINE_OF = {
     "direct": None,
     "switchboard": "direct",
+    "switchboard-modern": "direct",
     "supergateway": "direct",
     "mcp-proxy": "direct",
     "sdk-direct": None,
@@ -42,6 +54,7 @@ class TargetSpec:
     description: str
     services: list[Service]
     url: str
+    era: Era = "legacy"  # how clients talk to it: a 2025-11-25 session, or stateless 2026-07-28 requests
     startup_timeout: float = 30.0
 
 
@@ -160,9 +173,9 @@ def _mcp_proxy(target: str) -> Service:
     )
 
 
-def _spec(name: str, description: str, *services: Service) -> TargetSpec:
+def _spec(name: str, description: str, *services: Service, era: Era = "legacy") -> TargetSpec:
     """Clients talk to the last of `services` (the others stand behind it)."""
-    return TargetSpec(name, description, list(services), f"http://127.0.0.1:{services[-1].port}/mcp")
+    return TargetSpec(name, description, list(services), f"http://127.0.0.1:{services[-1].port}/mcp", era)
 
 
 def build_target(name: str, tmpdir: Path, sdk_json: bool) -> TargetSpec:
@@ -171,6 +184,10 @@ def build_target(name: str, tmpdir: Path, sdk_json: bool) -> TargetSpec:
     if name == "switchboard":
         be = _echo_http(name)
         return _spec(name, "Switchboard (HTTP) -> echo_backend.py (HTTP)", be, _switchboard(name, be, tmpdir))
+    if name == "switchboard-modern":
+        be = _echo_http(name)
+        description = "Switchboard (HTTP, stateless 2026-07-28 requests) -> echo_backend.py (HTTP)"
+        return _spec(name, description, be, _switchboard(name, be, tmpdir), era="modern")
     if name == "supergateway":
         return _spec(
             name, "supergateway --stateful (Streamable HTTP) -> echo_backend.py --stdio (child)", _supergateway(name)

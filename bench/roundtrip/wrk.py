@@ -1,4 +1,9 @@
-"""Load generation: one wrk run (bench/wrk/tools_call.lua) against an open session, parsed into numbers."""
+"""Load generation: one wrk run against an open session, parsed into numbers.
+
+The script follows the session's era: bench/wrk/tools_call.lua (legacy: the session's Mcp-Session-Id on
+every request) or bench/wrk/tools_call_modern.lua (2026-07-28: the envelope in `_meta` and the routing
+headers on every request, no session), which runs the former for its answer checks and summary.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,11 @@ import os
 import resource
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bench.roundtrip.client import McpSession
-from bench.roundtrip.common import LUA_SCRIPT, WRK_TEXT, BenchError
+from bench.roundtrip.common import LUA_SCRIPT, MODERN_LUA_SCRIPT, WRK_TEXT, BenchError
 
 
 @dataclass
@@ -40,15 +46,27 @@ class WrkResult:
 _run_counter = 0
 
 
-def run_wrk(session: McpSession, concurrency: int, duration: float, threads: int) -> WrkResult:
-    global _run_counter
-    _run_counter += 1
+def script_for(session: McpSession) -> tuple[Path, dict[str, str]]:
+    """The wrk script for the session's era and the environment it reads (besides the id base)."""
     env = {
-        **os.environ,
         "BENCH_SESSION_ID": session.session_id or "",
         "BENCH_PROTOCOL_VERSION": session.protocol_version,
         "BENCH_TOOL": session.tool,
         "BENCH_TEXT": WRK_TEXT,
+    }
+    if session.era != "modern":
+        return LUA_SCRIPT, env
+    meta = json.dumps(session.meta(), separators=(",", ":"))
+    return MODERN_LUA_SCRIPT, {**env, "BENCH_BASE_SCRIPT": str(LUA_SCRIPT), "BENCH_META": meta}
+
+
+def run_wrk(session: McpSession, concurrency: int, duration: float, threads: int) -> WrkResult:
+    global _run_counter
+    _run_counter += 1
+    script, script_env = script_for(session)
+    env = {
+        **os.environ,
+        **script_env,
         # ids stay unique across every wrk run of this driver invocation
         "BENCH_ID_BASE": str(_run_counter * 100_000_000_000),
     }
@@ -61,7 +79,7 @@ def run_wrk(session: McpSession, concurrency: int, duration: float, threads: int
         "5s",
         "--latency",
         "-s",
-        str(LUA_SCRIPT),
+        str(script),
         session.url,
     ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

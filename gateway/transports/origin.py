@@ -32,6 +32,19 @@ _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 NULL_ORIGIN = "null"
 
 
+_UNKNOWN: tuple[int, str] = (-1, "not decided yet")  # a sentinel, compared by identity
+_MAX_VERDICTS = 1024
+
+
+def _remember(
+    verdicts: dict[bytes, tuple[int, str] | None], raw: bytes, verdict: tuple[int, str] | None
+) -> tuple[int, str] | None:
+    if len(verdicts) >= _MAX_VERDICTS:
+        verdicts.clear()
+    verdicts[raw] = verdict
+    return verdict
+
+
 class OriginGuard:
     """The rule, as a pure check of a scope's headers."""
 
@@ -51,6 +64,10 @@ class OriginGuard:
             )
         self._null_allowed = NULL_ORIGIN in self._origins
         self._real_origins = tuple(o for o in self._origins if o != NULL_ORIGIN)
+        # Verdicts by raw header value: a client sends the same Host (and Origin) on every request,
+        # and matching costs more than a lookup on the hot path. Bounded: cleared when full.
+        self._host_verdicts: dict[bytes, tuple[int, str] | None] = {}
+        self._origin_verdicts: dict[bytes, tuple[int, str] | None] = {}
 
     @staticmethod
     def _match(value: str, allowed: tuple[str, ...]) -> bool:
@@ -76,12 +93,25 @@ class OriginGuard:
         if len(hosts) > 1 or len(origins) > 1:
             return 400, "More than one Host or Origin header"
         if self._hosts is not None:
-            host = hosts[0].decode("latin-1").lower() if hosts else ""
-            if not self._match(host, self._hosts):
-                return 421, f"Invalid Host header: {host!r}"
+            raw = hosts[0] if hosts else b""
+            verdict = self._host_verdicts.get(raw, _UNKNOWN)
+            if verdict is _UNKNOWN:
+                verdict = _remember(self._host_verdicts, raw, self._check_host(raw.decode("latin-1").lower()))
+            if verdict is not None:
+                return verdict
         if origins:
-            return self._check_origin(origins[0].decode("latin-1").strip().lower())
+            raw = origins[0]
+            verdict = self._origin_verdicts.get(raw, _UNKNOWN)
+            if verdict is _UNKNOWN:
+                verdict = _remember(
+                    self._origin_verdicts, raw, self._check_origin(raw.decode("latin-1").strip().lower())
+                )
+            return verdict
         return None
+
+    def _check_host(self, host: str) -> tuple[int, str] | None:
+        assert self._hosts is not None
+        return None if self._match(host, self._hosts) else (421, f"Invalid Host header: {host!r}")
 
     def _check_origin(self, origin: str) -> tuple[int, str] | None:
         if origin == NULL_ORIGIN:
