@@ -6,6 +6,10 @@ and announced on the ``admin`` channel: every live replica applies them at once,
 starts later applies the stored changes over its config. A config reload (SIGHUP) replaces the
 principals of the replica that reloads, as before.
 
+A replica starting reads the stored changes only once it hears the channel, and applies what it
+hears after what it read (``gateway/replicas/hello.py``): a change made while its subscription was
+not standing yet is found one way or the other, since it is stored before it is announced.
+
 Invariants: a change is applied once per replica (its own announcement is ignored); a malformed
 stored or announced change is skipped and logged, never applied half; a bus failure leaves the
 change applied on the replica that made it (logged).
@@ -26,6 +30,7 @@ from pydantic import ValidationError
 
 from gateway.bus import Bus
 from gateway.config import PrincipalConfig
+from gateway.replicas.hello import Hello
 from policies.auth import PrincipalRegistry
 
 log = logging.getLogger(__name__)
@@ -41,24 +46,27 @@ class SharedPrincipals:
         self._changed = changed
         self._replica = replica
         self._listener: asyncio.Task[None] | None = None
+        self._hello = Hello(bus, CHANNEL, replica)
 
     async def start(self) -> None:
-        try:
-            raw = await self._bus.get(KEY)
-        except Exception as exc:
-            log.warning("principals changed at runtime on other replicas are not known yet: %s", exc)
-            raw = None
-        stored = _loads(raw)
-        if stored:
-            for name, config in stored.items():
-                self._apply(name, config)
-            self._changed()
         self._listener = asyncio.create_task(self._listen(), name="admin-principals")
+        async with self._hello.reading():
+            try:
+                raw = await self._bus.get(KEY)
+            except Exception as exc:
+                log.warning("principals changed at runtime on other replicas are not known yet: %s", exc)
+                return
+            stored = _loads(raw)
+            if stored:
+                for name, config in stored.items():
+                    self._apply(name, config)
+                self._changed()
 
     async def stop(self) -> None:
         if self._listener is not None:
             self._listener.cancel()
             await asyncio.gather(self._listener, return_exceptions=True)
+            self._listener = None
 
     async def share(self, name: str, config: PrincipalConfig | None) -> None:
         """This replica's admin API changed ``name`` (None: removed): store it, tell the others."""
@@ -75,6 +83,9 @@ class SharedPrincipals:
         # A bus subscription outlives a Redis outage (it reconnects by itself: gateway/bus/redis_pubsub.py).
         async for data in self._bus.subscribe(CHANNEL):
             news = _loads(data)
+            if self._hello.heard(news):
+                continue
+            await self._hello.applied()
             if news and news.get("by") != self._replica and isinstance(news.get("name"), str):
                 if self._apply(news["name"], news.get("config")):
                     self._changed()

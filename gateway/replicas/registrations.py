@@ -18,9 +18,9 @@ a time, in order: a deregistration waits for its backend's calls in flight (boun
 registry's drain), and what follows it waits with it. A bus failure leaves the change on the
 replica that made it (logged).
 
-A replica starting reads the map only once it hears the channel (it waits, bounded, for its own
-"hello" to come back: a subscription stands some time after it was asked for), so a registration
-made meanwhile is found one way or the other: its claim precedes its announcement.
+A replica starting reads the map only once it hears the channel, and applies what it hears after
+what it read (``gateway/replicas/hello.py``), so a registration made meanwhile is found one way or
+the other: its claim precedes its announcement.
 
 The map holds the registrations' params as received (a URL, a command and its arguments): protect
 Redis like the config file.
@@ -29,7 +29,6 @@ Redis like the config file.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -38,6 +37,7 @@ import orjson
 
 from gateway import jsonrpc
 from gateway.bus.maps import maps_for
+from gateway.replicas.hello import Hello
 
 if TYPE_CHECKING:
     from gateway.bus import Bus
@@ -47,8 +47,6 @@ log = logging.getLogger(__name__)
 
 KEY = "mgp:registrations"
 CHANNEL = "mgp:registrations"
-HELLO_S = 5.0  # longest a starting replica waits to hear the channel before it reads the map
-_HELLO_EVERY_S = 0.01  # a subscription stands within a few round trips
 
 
 class SharedRegistrations:
@@ -60,7 +58,7 @@ class SharedRegistrations:
         self._replica = replica
         self._registry: Registry | None = None
         self._listener: asyncio.Task[None] | None = None
-        self._listening = asyncio.Event()
+        self._hello = Hello(bus, CHANNEL, replica)
 
     def serve(self, registry: Registry) -> None:
         """The registry other replicas' registrations are applied to (built after this object)."""
@@ -68,37 +66,22 @@ class SharedRegistrations:
 
     async def start(self) -> None:
         self._listener = asyncio.create_task(self._listen(), name="mgp-registrations")
-        await self._until_listening()
-        try:
-            stored = await self._maps.items(KEY)
-        except Exception as exc:
-            log.warning("backends registered at runtime on other replicas are not known yet: %s", exc)
-            return
-        for name, raw in stored.items():
-            entry = _loads(raw)
-            if entry is not None and entry.get("by") != self._replica:
-                await self._add(name, entry)
+        async with self._hello.reading():
+            try:
+                stored = await self._maps.items(KEY)
+            except Exception as exc:
+                log.warning("backends registered at runtime on other replicas are not known yet: %s", exc)
+                return
+            for name, raw in stored.items():
+                entry = _loads(raw)
+                if entry is not None and entry.get("by") != self._replica:
+                    await self._add(name, entry)
 
     async def stop(self) -> None:
         if self._listener is not None:
             self._listener.cancel()
             await asyncio.gather(self._listener, return_exceptions=True)
             self._listener = None
-
-    async def _until_listening(self) -> None:
-        if not self._bus.healthy:
-            return  # nothing to hear now; the subscription stands again once the bus is back
-        hello = orjson.dumps({"op": "hello", "by": self._replica})
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(HELLO_S):
-                while not self._listening.is_set():
-                    with contextlib.suppress(Exception):
-                        await self._bus.publish(CHANNEL, hello)
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(_HELLO_EVERY_S):
-                            await self._listening.wait()
-                return
-        log.warning("not hearing the channel of shared registrations yet: one made meanwhile may be missed here")
 
     # ---- SharedRegistry: what the registry of this replica asks --------------------------------
 
@@ -135,8 +118,9 @@ class SharedRegistrations:
         # A bus subscription outlives a Redis outage (it reconnects by itself: gateway/bus/redis_pubsub.py).
         async for data in self._bus.subscribe(CHANNEL):
             news = _loads(data)
-            if news is not None and news.get("by") == self._replica and news.get("op") == "hello":
-                self._listening.set()
+            if self._hello.heard(news):
+                continue
+            await self._hello.applied()
             if news is None or news.get("by") == self._replica or not isinstance(news.get("name"), str):
                 continue
             if news.get("op") == "registered":
