@@ -48,6 +48,10 @@ class Maps(abc.ABC):
         """Add ``field`` unless it is there ("exists") or the map holds ``max_fields`` fields ("full")."""
 
     @abc.abstractmethod
+    async def put(self, key: str, field: str, value: bytes) -> None:
+        """``field`` becomes ``value``, whatever it held (other fields untouched)."""
+
+    @abc.abstractmethod
     async def replace(self, key: str, field: str, old: bytes, new: bytes) -> bool:
         """Compare-and-set: ``field`` becomes ``new`` only if it is ``old`` now."""
 
@@ -73,6 +77,9 @@ class MemoryMaps(Maps):
             return "full"
         table[field] = value
         return "ok"
+
+    async def put(self, key: str, field: str, value: bytes) -> None:
+        self._maps.setdefault(key, {})[field] = value
 
     async def replace(self, key: str, field: str, old: bytes, new: bytes) -> bool:
         table = self._maps.get(key)
@@ -115,6 +122,10 @@ class RedisMaps(Maps):
         result = await self._eval(_CLAIM, key, field, value, max_fields or 0)
         text = result.decode() if isinstance(result, bytes) else str(result)
         return "ok" if text == "ok" else "full" if text == "full" else "exists"
+
+    async def put(self, key: str, field: str, value: bytes) -> None:
+        name = self._key(key)
+        await self._bus.command(lambda r: r.hset(name, field, value))
 
     async def replace(self, key: str, field: str, old: bytes, new: bytes) -> bool:
         return bool(await self._eval(_REPLACE, key, field, old, new))

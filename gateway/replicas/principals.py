@@ -1,9 +1,10 @@
 """Principals changed through the admin API, on every replica at once (issue 14).
 
 ``PUT/DELETE /admin/principals/NAME`` and capability changes land on one replica. With the Redis
-bus they are also stored (``admin:principals``: the runtime changes, by name, ``null`` for a removal)
-and announced on the ``admin`` channel: every live replica applies them at once, and a replica that
-starts later applies the stored changes over its config. A config reload (SIGHUP) replaces the
+bus they are also stored (the map ``admin:principals-by-name``: the runtime changes, one field per
+principal, so replicas changing different principals at once never lose each other's; ``null`` for a
+removal) and announced on the ``admin`` channel: every live replica applies them at once, and a
+replica that starts later applies the stored changes over its config. A config reload (SIGHUP) replaces the
 principals of the replica that reloads, as before.
 
 A replica starting reads the stored changes only once it hears the channel, and applies what it
@@ -29,14 +30,17 @@ import orjson
 from pydantic import ValidationError
 
 from gateway.bus import Bus
+from gateway.bus.maps import maps_for
 from gateway.config import PrincipalConfig
 from gateway.replicas.hello import Hello
 from policies.auth import PrincipalRegistry
 
 log = logging.getLogger(__name__)
 
-KEY = "admin:principals"
+# One field per principal: replicas changing different principals at once never lose each other's.
+KEY = "admin:principals-by-name"
 CHANNEL = "admin"
+_MALFORMED = "malformed"  # never a valid PrincipalConfig: skipped and logged by _apply
 
 
 class SharedPrincipals:
@@ -47,19 +51,19 @@ class SharedPrincipals:
         self._replica = replica
         self._listener: asyncio.Task[None] | None = None
         self._hello = Hello(bus, CHANNEL, replica)
+        self._maps = maps_for(bus)
 
     async def start(self) -> None:
         self._listener = asyncio.create_task(self._listen(), name="admin-principals")
         async with self._hello.reading():
             try:
-                raw = await self._bus.get(KEY)
+                stored = await self._maps.items(KEY)
             except Exception as exc:
                 log.warning("principals changed at runtime on other replicas are not known yet: %s", exc)
                 return
-            stored = _loads(raw)
             if stored:
-                for name, config in stored.items():
-                    self._apply(name, config)
+                for name, raw in stored.items():
+                    self._apply(name, _loads_config(raw))
                 self._changed()
 
     async def stop(self) -> None:
@@ -72,9 +76,7 @@ class SharedPrincipals:
         """This replica's admin API changed ``name`` (None: removed): store it, tell the others."""
         dumped = config.model_dump() if config is not None else None
         try:
-            stored = _loads(await self._bus.get(KEY)) or {}
-            stored[name] = dumped
-            await self._bus.set(KEY, orjson.dumps(stored))
+            await self._maps.put(KEY, name, orjson.dumps(dumped))
             await self._bus.publish(CHANNEL, orjson.dumps({"by": self._replica, "name": name, "config": dumped}))
         except Exception as exc:
             log.warning("principal %s changed here only (the bus is unavailable: %s)", name, exc)
@@ -109,3 +111,11 @@ def _loads(raw: bytes | None) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def _loads_config(raw: bytes) -> Any:
+    """A stored principal's config (a dict, or None for a removal); malformed: a value _apply refuses."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _MALFORMED

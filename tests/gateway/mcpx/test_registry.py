@@ -33,6 +33,9 @@ async def test_map_operations_are_atomic_and_bounded(bus: Bus) -> None:
     for name in list(await maps.items(key)):
         assert await maps.remove(key, name)
     assert await maps.items(key) == {}
+    await asyncio.gather(*(maps.put(key, f"p{i}", b"%d" % i) for i in range(10)))  # unconditional, per field
+    await maps.put(key, "p3", b"again")
+    assert await maps.items(key) == {**{f"p{i}": b"%d" % i for i in range(10)}, "p3": b"again"}
 
 
 async def test_entries_of_a_replica_that_stops_beating_are_reaped_once(bus: Bus) -> None:

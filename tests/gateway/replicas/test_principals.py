@@ -145,3 +145,15 @@ async def test_a_principal_put_on_one_gateway_right_after_another_started_is_kno
                 await eventually(knows(second.principals, f"token-{i}", f"newbie{i}"))
                 assert second.principals.by_token("ops-token") == "ops"
         assert sorted(first.principals.names()) == sorted(["ops", *(f"newbie{i}" for i in range(ROUNDS))])
+
+
+async def test_changes_of_different_principals_made_at_once_on_two_replicas_are_all_stored(replica: Replica) -> None:
+    # Stored one field per principal: neither replica's write may overwrite the other's.
+    async with replica("a") as (a, _), replica("b") as (b, _):
+        await a.start()
+        await b.start()
+        await asyncio.gather(*(r.share(f"p{i}", newbie(i)) for i in range(20) for r in ((a, b)[i % 2],)))
+        async with replica("c") as (c, registry):
+            await c.start()
+            for i in range(20):
+                assert registry.by_token(f"token-{i}") == f"p{i}"
