@@ -59,6 +59,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2_000)
     parser.add_argument("--mgp", default=None, help="the session declares this MGP version (e.g. 0.8.0)")
     args = parser.parse_args()
+    from gateway.collector import tune_collector
+
+    tune_collector()  # as `switchboard run` does (gateway/collector.py)
     results = asyncio.run(measure(args.calls, args.samples, args.warmup, args.mgp))
     print("router CPU µs/call:", " ".join(f"{r:.1f}" for r in results), f"(best {min(results):.1f})")
 

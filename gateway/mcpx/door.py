@@ -8,6 +8,9 @@ with a ``system/error`` carrying the offending envelope's id as ``correlation_id
 the connection stays open and the envelope reaches nobody. A denial's code comes from its typed
 outcome (gateway/errors.py, ``mcpx_denial_code``), never from the denying policy's name.
 
+Frames toward a participant leave through its Outbox (gateway/mcpx/outbox.py): written straight to
+the socket, batched per event-loop iteration, while the socket keeps up; queued (bounded) otherwise.
+
 The door is given what it uses (the topic hub, the chain, audit, metrics, how to authenticate),
 not the whole gateway.
 
@@ -41,6 +44,7 @@ from gateway.errors import (
     mcpx_denial_code,
 )
 from gateway.mcpx.hub import JoinRefused, Mode, Participant, Topic
+from gateway.mcpx.outbox import Flusher, Outbox, server_protocol
 from policies.auth import AuthError, Credentials, bearer_token
 from policies.chain import Decision, Outcome
 from policies.patterns import CapabilitySet
@@ -77,20 +81,6 @@ def _is_mode(value: str) -> TypeGuard[Mode]:
     return value in ("all", "directed")
 
 
-class _Outbox:
-    """A participant's bounded queue of frames toward its socket, drained by one writer task."""
-
-    def __init__(self, size: int) -> None:
-        self.queue: asyncio.Queue[str] = asyncio.Queue(maxsize=size)
-
-    def deliver(self, _envelope: dict[str, Any], text: str) -> bool:
-        try:
-            self.queue.put_nowait(text)
-        except asyncio.QueueFull:
-            return False
-        return True
-
-
 class Authenticate(Protocol):
     """Who is calling (raises AuthError): the token is the door's when it found one, else the
     Authorization header's (``Gateway.authenticate``)."""
@@ -122,6 +112,7 @@ class McpxDoor:
         self._authenticate = authenticate
         self._principal_of = principal_of
         self._background: set[asyncio.Task[None]] = set()
+        self._flusher = Flusher()
 
     async def _refuse(self, ws: WebSocket, code: int, reason: str) -> None:
         await ws.accept()
@@ -155,7 +146,7 @@ class McpxDoor:
         except AuthError as exc:
             await self._refuse(ws, _POLICY_VIOLATION, f"Unauthorized: {exc.reason}")
             return
-        outbox = _Outbox(self._queue_size)
+        outbox = Outbox(self._queue_size, server_protocol(ws), self._flusher)
         participant = Participant(
             credentials.name,
             self.capabilities_of(credentials, topic_name),
@@ -171,7 +162,7 @@ class McpxDoor:
                     await ws.close(code=exc.code, reason=exc.reason[:120])
             return
         self._metrics.sessions.labels(TRANSPORT).inc()
-        writer = asyncio.create_task(self._write(ws, outbox))
+        writer = asyncio.create_task(outbox.write(ws))
         participant.on_drop = lambda reason: self._kick(ws, writer, reason)
         try:
             while True:
@@ -203,11 +194,6 @@ class McpxDoor:
         task = asyncio.get_running_loop().create_task(close())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-
-    async def _write(self, ws: WebSocket, outbox: _Outbox) -> None:
-        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
-            while True:
-                await ws.send_text(await outbox.queue.get())
 
     # ---- one frame ---------------------------------------------------------------------------
 

@@ -7,15 +7,25 @@
 2. A text message that is not valid UTF-8 was closed with 1007 (right) after logging a full traceback at ERROR
    (wrong: any client could fill the log with them). Here it is one INFO line.
 
-Everything else is uvicorn's own behaviour.
+Everything else is uvicorn's own behaviour, and the protocol puts itself in the scope (``PROTOCOL_KEY``): the MCPx
+door writes finished frames straight to its transport (gateway/mcpx/outbox.py).
 """
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
+PROTOCOL_KEY = "switchboard.ws_protocol"
 
 
 class SafeWebSocketProtocol(WebSocketsSansIOProtocol):
+    async def run_asgi(self) -> None:
+        # The scope is a plain dict at runtime; uvicorn's TypedDict lists only the ASGI spec's keys.
+        cast(dict[str, Any], self.scope)[PROTOCOL_KEY] = self
+        await super().run_asgi()
+
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
         if self.handshake_initiated or self.conn.handshake_exc is None or self.transport.is_closing():

@@ -1,4 +1,12 @@
-"""A backend spawned as a child process speaking newline-delimited JSON-RPC on stdin/stdout."""
+"""A backend spawned as a child process speaking newline-delimited JSON-RPC on stdin/stdout.
+
+Writing: every message sent in one event-loop iteration is gathered and written to the pipe in one
+write on the next (a pipe write wakes the child and was the largest cost of a stdio call). Order is
+the order of ``send``; a sender waits (drain) only while the pipe is full, i.e. while the child is
+not reading. A write failure is remembered and every later ``send`` raises CarrierClosed.
+Reading: one line per message, parsed as is (orjson skips the surrounding whitespace), never longer
+than ``max_message_bytes`` (beyond it the child is killed: the stream position is lost).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +24,10 @@ from gateway import jsonrpc
 from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
 
 log = logging.getLogger(__name__)
+
+# Gathered messages are written at once beyond this size (the stream's default high-water mark), so
+# that a sender that never yields still meets the pipe's backpressure.
+FLUSH_AT_BYTES = 64 * 1024
 
 
 class StdioCarrier(Carrier):
@@ -38,7 +50,9 @@ class StdioCarrier(Carrier):
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = asyncio.Event()
         self._reason = "closed"
-        self._write_lock = asyncio.Lock()
+        self._pending: list[bytes] = []  # messages sent in this loop iteration, not yet written
+        self._pending_bytes = 0
+        self._write_error: str | None = None
 
     def describe(self) -> str:
         return f"stdio:{self._command}"
@@ -81,8 +95,7 @@ class StdioCarrier(Carrier):
                     break
                 if not line:
                     break
-                line = line.strip()
-                if not line:
+                if line.isspace():
                     continue
                 try:
                     message = orjson.loads(line)
@@ -126,19 +139,43 @@ class StdioCarrier(Carrier):
         proc = self._proc
         if proc is None or proc.stdin is None or self._closed.is_set():
             raise CarrierClosed(self._reason)
-        data = jsonrpc.dumps(message) + b"\n"
-        async with self._write_lock:
+        stdin = proc.stdin
+        if self._write_error is not None or stdin.is_closing():
+            raise CarrierClosed(f"stdin closed: {self._write_error or 'closing'}")
+        data = jsonrpc.dumps(message)
+        if not self._pending:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        if self._pending_bytes >= FLUSH_AT_BYTES:
+            self._flush()  # a sender sending a lot without yielding: write now, then the pipe's limit holds it
+        if stdin.transport.get_write_buffer_size():
+            # The pipe did not take everything so far: drain waits only while the buffer is over the
+            # high-water mark (the child is not reading), else it returns at once.
             try:
-                proc.stdin.write(data)
-                await proc.stdin.drain()
+                await stdin.drain()
             except (ConnectionError, BrokenPipeError) as exc:
                 raise CarrierClosed(f"stdin closed: {exc}") from None
-            except RuntimeError as exc:
-                # uvloop: a write to a pipe whose process just exited ("the handler is closed"),
-                # before the exit is noticed; the same outage, not a gateway failure.
-                if proc.stdin.is_closing() or proc.returncode is not None:
-                    raise CarrierClosed(f"stdin closed: {exc}") from None
-                raise
+
+    def _flush(self) -> None:
+        """Write the messages gathered in this iteration, one line each, in one write."""
+        pending = self._pending
+        if not pending:
+            return
+        data = b"\n".join(pending) + b"\n"
+        pending.clear()
+        self._pending_bytes = 0
+        proc = self._proc
+        if proc is None or proc.stdin is None or self._write_error is not None:
+            return
+        try:
+            proc.stdin.write(data)
+        except (ConnectionError, RuntimeError) as exc:
+            # A pipe whose process just exited (uvloop: "the handler is closed"), before the exit is
+            # noticed: the same outage as a closed stdin. The callers of these messages are failed
+            # when stdout closes; later sends fail at once.
+            self._write_error = str(exc) or type(exc).__name__
+            log.debug("backend %s: write to stdin failed: %s", self._name, exc)
 
     async def wait_closed(self) -> str:
         await self._closed.wait()
@@ -151,6 +188,7 @@ class StdioCarrier(Carrier):
         if proc.returncode is None:
             # Polite first (close stdin, as MCP's stdio shutdown says), then SIGTERM, then SIGKILL.
             if proc.stdin is not None:
+                self._flush()  # what was sent just before (a cancellation, say) still reaches it
                 with contextlib.suppress(Exception):
                     proc.stdin.close()
             if await self._wait_exit(2.0) is None:

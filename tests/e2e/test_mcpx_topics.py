@@ -4,14 +4,16 @@ modes, bridged MCP backends, proposals, capability promotion, and 50 participant
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+from websockets.asyncio.client import connect
 
-from tests.e2e.mcpx_client import ADMIN, SECRET, Peer, mint, refused, tool_call
+from tests.e2e.mcpx_client import ADMIN, SECRET, Peer, mint, refused, tool_call, ws_url
 from tests.support import RunningGateway, dynamic_backend, run_gateway
 
 pytestmark = [pytest.mark.timeout(90)]
@@ -514,3 +516,86 @@ async def test_a_bridged_backends_new_tools_are_announced() -> None:
                     break
         assert presence["payload"]["event"] == "join", "presence has only join and leave (§3.4)"
         await alice.close()
+
+
+# ---- fan-out writes (gateway/mcpx/outbox.py) ---------------------------------------------------
+
+
+async def _join(gw: RunningGateway, topic: str, name: str, **options: Any) -> Peer:
+    """A peer whose connection options are the test's (compression, the client's own read buffer)."""
+    headers = {"Authorization": f"Bearer {mint(name, topic, ['chat'])}"}
+    ws = await asyncio.wait_for(connect(ws_url(gw.url, topic), additional_headers=headers, **options), 10)
+    peer = Peer(ws)
+    peer.welcome = await peer.recv()
+    peer.id = peer.welcome["payload"]["you"]["id"]
+    return peer
+
+
+async def _chats(peer: Peer, count: int, timeout: float = 20.0) -> list[dict[str, Any]]:
+    async with asyncio.timeout(timeout):
+        return [await peer.recv_kind("chat", timeout=timeout) for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def roomy() -> Iterator[RunningGateway]:
+    """A generous envelope rate, for bursts."""
+    with run_gateway(config(rate_per_participant={"messages_per_s": 100_000, "burst": 100_000})) as gw:
+        yield gw
+
+
+async def test_a_burst_reaches_compressed_and_plain_peers_whole_and_in_order(roomy: RunningGateway) -> None:
+    # Frame lengths of every size class (7-bit, 16-bit, 64-bit) and a non-ASCII text, to a peer that
+    # negotiated permessage-deflate (its own frames) and one that did not (the shared frame bytes).
+    plain = await _join(roomy, "t-burst", "plain", compression=None)
+    deflated = await _join(roomy, "t-burst", "deflated")
+    sender = await _join(roomy, "t-burst", "sender", compression=None)
+    texts = ["x", "é" * 100, "y" * 70_000, *(f"n{i}" for i in range(300))]
+    sent = [sender.envelope("chat", {"text": text}) for text in texts]
+    await asyncio.gather(*(sender.send_raw(env) for env in sent))  # no yield between sends: one batch
+    for peer in (plain, deflated):
+        got = await _chats(peer, len(sent))
+        assert [g["id"] for g in got] == [s["id"] for s in sent]
+        assert [g["payload"]["text"] for g in got] == texts
+    await asyncio.gather(plain.close(), deflated.close(), sender.close())
+
+
+async def test_a_peer_that_pauses_reading_gets_everything_in_order_after() -> None:
+    # 24 MB toward a peer that reads nothing for a while: the gateway's socket buffer fills, later
+    # frames wait in the participant's queue, then everything arrives in the order it was sent.
+    cfg = config(rate_per_participant={"messages_per_s": 100_000, "burst": 100_000})
+    cfg["limits"] = {"session_queue": 100_000}
+    with run_gateway(cfg) as gw:
+        sleeper = await _join(gw, "t-pause", "sleeper", compression=None, max_queue=1)
+        sender = await _join(gw, "t-pause", "sender", compression=None)
+        await sleeper.recv_kind("system/presence")
+        sent = [sender.envelope("chat", {"text": f"{i:06d}" + "z" * 24_000}) for i in range(1000)]
+        for env in sent:
+            await sender.send_raw(env)
+        await asyncio.sleep(1.0)
+        got = await _chats(sleeper, len(sent), timeout=60)
+        assert [g["id"] for g in got] == [s["id"] for s in sent]
+        await asyncio.gather(sleeper.close(), sender.close())
+
+
+async def test_a_peer_that_stops_reading_is_dropped_and_the_others_get_everything() -> None:
+    cfg = config(rate_per_participant={"messages_per_s": 100_000, "burst": 100_000})
+    cfg["limits"] = {"session_queue": 16}
+    with run_gateway(cfg) as gw:
+        stuck = await _join(gw, "t-stuck", "stuck", compression=None, max_queue=1)
+        reader = await _join(gw, "t-stuck", "reader", compression=None)
+        sender = await _join(gw, "t-stuck", "sender", compression=None)
+        sent = [sender.envelope("chat", {"text": f"{i:06d}" + "z" * 24_000}) for i in range(1000)]
+        got: list[dict[str, Any]] = []
+        for start in range(0, len(sent), 8):  # in steps the reader keeps up with
+            for env in sent[start : start + 8]:
+                await sender.send_raw(env)
+            got += await _chats(reader, len(sent[start : start + 8]))
+        assert [g["id"] for g in got] == [s["id"] for s in sent]
+        # The stuck peer overflowed its queue: it was removed from the topic (the others saw it leave).
+        leave = await sender.recv_kind("system/presence", timeout=10)
+        while leave["payload"]["event"] != "leave":
+            leave = await sender.recv_kind("system/presence", timeout=10)
+        assert leave["payload"]["participant"]["id"] == "stuck"
+        await asyncio.gather(reader.close(), sender.close())
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(stuck.ws.close(), 5)
