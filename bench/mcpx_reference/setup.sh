@@ -29,7 +29,11 @@ if ! git --git-dir="$REPO" cat-file -e "$COMMIT^{commit}" 2>/dev/null; then
     exit 1
   fi
   rm -rf "$REPO"
-  git clone --bare --quiet https://github.com/rjcorwin/mew-protocol.git "$REPO"
+  if ! git clone --bare --quiet https://github.com/rjcorwin/mew-protocol.git "$REPO"; then
+    echo "cannot clone rjcorwin/mew-protocol from GitHub (no network to it?): point MEW_REPO at a local clone" >&2
+    echo "or bare repository that has commit $COMMIT, or run bench/mcpx_fanout.py --no-reference" >&2
+    exit 1
+  fi
 fi
 
 rm -rf "$DEST"
