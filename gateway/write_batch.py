@@ -15,8 +15,11 @@ order; a transport closing meanwhile gets nothing (as a direct write to it would
 from __future__ import annotations
 
 import asyncio
+import logging
 import weakref
 from typing import Protocol
+
+log = logging.getLogger(__name__)
 
 
 class Flushable(Protocol):
@@ -50,12 +53,15 @@ class WriteBatch:
         self._scheduled = False
         pending, self._pending = self._pending, []
         for item in pending:
-            if isinstance(item, tuple):
-                transport, data = item
-                if not transport.is_closing():
-                    transport.write(data)
-            else:
-                item.flush()
+            try:
+                if isinstance(item, tuple):
+                    transport, data = item
+                    if not transport.is_closing():
+                        transport.write(data)
+                else:
+                    item.flush()
+            except Exception:  # one broken transport must not keep the others' writes back
+                log.debug("a batched write failed", exc_info=True)
 
 
 _BATCHES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WriteBatch] = weakref.WeakKeyDictionary()
