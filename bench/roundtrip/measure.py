@@ -77,7 +77,7 @@ def measure_target(
             svc.start()
             svc.wait_ready(spec.startup_timeout)
         try:
-            session = open_session(spec.url, timeout=spec.startup_timeout, era=spec.era)
+            session = open_session(spec.url, timeout=spec.startup_timeout, era=spec.era, echo=spec.echo)
         except BenchError as exc:
             tails = "\n".join(f"  {s.name} log:\n{s.log_tail()}" for s in spec.services)
             raise BenchError(f"{exc}\n{tails}") from exc

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.roundtrip.common import (
+    EVERYTHING_JS,
     MCP_PROXY_VENV,
     MODERN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
@@ -101,9 +102,9 @@ def versions() -> dict[str, str]:
         v["node"] = _cmd_output([node, "--version"])
     except StartError:
         v["node"] = "missing"
-    with contextlib.suppress(OSError, ValueError):
-        pkg = SUPERGATEWAY_JS.parent.parent / "package.json"
-        v["supergateway"] = json.loads(pkg.read_text())["version"]
+    for key, js in (("supergateway", SUPERGATEWAY_JS), ("server-everything", EVERYTHING_JS)):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            v[key] = json.loads((js.parent.parent / "package.json").read_text())["version"]
     mp_py = MCP_PROXY_VENV / "bin" / "python"
     if mp_py.exists():
         for dist, key in (("mcp-proxy", "mcp-proxy"), ("mcp", "mcp (mcp-proxy venv)")):

@@ -16,6 +16,7 @@ from tools.procs import ProcessExited, descendants, scan_procs, stop_process, wa
 
 BACKEND_MARKERS = ("echo_backend.py", "sdk_echo_server.py")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+_MINIMAL_ENV = frozenset({"PATH", "HOME", "LANG", "LC_ALL", "TMPDIR"})
 
 
 @dataclass
@@ -28,10 +29,14 @@ class Service:
     role: str  # "proxy" or "backend"
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
+    # False: only PATH, HOME and the locale, then `env` (a peer that can hand its environment to any caller,
+    # as server-everything's get-env tool does, must not see the driver's)
+    inherit_env: bool = True
     popen: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **self.env}
+        base = os.environ if self.inherit_env else {k: v for k, v in os.environ.items() if k in _MINIMAL_ENV}
+        env = {**base, "PYTHONDONTWRITEBYTECODE": "1", **self.env}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         logfile = open(self.log_path, "wb")
         try:

@@ -14,6 +14,8 @@ import yaml
 from bench.roundtrip.client import Era
 from bench.roundtrip.common import (
     BENCH,
+    EVERYTHING_ECHO,
+    EVERYTHING_JS,
     LOG_DIR,
     MCP_PROXY_VENV,
     PEER_NODE,
@@ -21,6 +23,8 @@ from bench.roundtrip.common import (
     ROOT,
     SUPERGATEWAY_JS,
     SWITCHBOARD_TEMPLATE,
+    TEXT_ECHO,
+    EchoTool,
     StartError,
 )
 from bench.roundtrip.services import Service
@@ -36,6 +40,8 @@ ALL_TARGETS = [
     "mcp-proxy",
     "sdk-direct",
     "switchboard-sdk",
+    "everything-direct",
+    "switchboard-everything",
 ]
 BASELINE_OF = {
     "direct": None,
@@ -45,6 +51,8 @@ BASELINE_OF = {
     "mcp-proxy": "direct",
     "sdk-direct": None,
     "switchboard-sdk": "sdk-direct",
+    "everything-direct": None,
+    "switchboard-everything": "everything-direct",
 }
 
 
@@ -55,6 +63,7 @@ class TargetSpec:
     services: list[Service]
     url: str
     era: Era = "legacy"  # how clients talk to it: a 2025-11-25 session, or stateless 2026-07-28 requests
+    echo: EchoTool = TEXT_ECHO  # its echo tool's argument and answer (the backend's, through a proxy too)
     startup_timeout: float = 30.0
 
 
@@ -90,6 +99,42 @@ def _sdk_server(target: str, json_response: bool) -> Service:
     if json_response:
         argv.append("--json-response")
     return Service("sdk-echo-server", argv, port, "backend", _log(target, "sdk-echo-server"))
+
+
+# server-everything listens on every interface (`app.listen(PORT)`, no host option). This preload makes a
+# listen() given a port and no host bind 127.0.0.1, like every other process of the benchmark.
+_LOOPBACK_ONLY = (
+    "data:text/javascript,"
+    'import net from "node:net";'
+    "const listen = net.Server.prototype.listen;"
+    "net.Server.prototype.listen = function (...a) {"
+    ' if (a.length && typeof a[0] !== "object" && typeof a[0] !== "function" && typeof a[1] !== "string")'
+    ' a.splice(1, 0, "127.0.0.1");'
+    " return listen.apply(this, a);"
+    "};"
+)
+
+
+def _everything(target: str) -> Service:
+    """@modelcontextprotocol/server-everything over Streamable HTTP at /mcp (port from env PORT).
+
+    Stateful (a session per initialize, kept in a map), SSE answers with an in-memory event store
+    (resumability: every answer gets an event id and a priming event). Its get-env tool returns its
+    environment to any caller, so it gets a minimal one.
+    """
+    if not EVERYTHING_JS.exists():
+        raise StartError(f"server-everything not installed at {EVERYTHING_JS} (run bench/run.sh)")
+    port = free_port()
+    argv = [node_binary(), "--import", _LOOPBACK_ONLY, str(EVERYTHING_JS), "streamableHttp"]
+    return Service(
+        "server-everything",
+        argv,
+        port,
+        "backend",
+        _log(target, "server-everything"),
+        env={"PORT": str(port)},
+        inherit_env=False,
+    )
 
 
 def _switchboard(target: str, backend: Service, tmpdir: Path) -> Service:
@@ -173,9 +218,12 @@ def _mcp_proxy(target: str) -> Service:
     )
 
 
-def _spec(name: str, description: str, *services: Service, era: Era = "legacy") -> TargetSpec:
+def _spec(
+    name: str, description: str, *services: Service, era: Era = "legacy", echo: EchoTool = TEXT_ECHO
+) -> TargetSpec:
     """Clients talk to the last of `services` (the others stand behind it)."""
-    return TargetSpec(name, description, list(services), f"http://127.0.0.1:{services[-1].port}/mcp", era)
+    url = f"http://127.0.0.1:{services[-1].port}/mcp"
+    return TargetSpec(name, description, list(services), url, era, echo=echo)
 
 
 def build_target(name: str, tmpdir: Path, sdk_json: bool) -> TargetSpec:
@@ -205,4 +253,11 @@ def build_target(name: str, tmpdir: Path, sdk_json: bool) -> TargetSpec:
     if name == "switchboard-sdk":
         be = _sdk_server(name, sdk_json)
         return _spec(name, "Switchboard (HTTP) -> sdk_echo_server.py (HTTP)", be, _switchboard(name, be, tmpdir))
+    if name == "everything-direct":
+        description = "@modelcontextprotocol/server-everything (streamableHttp, TypeScript SDK, stateful, SSE answers)"
+        return _spec(name, description, _everything(name), echo=EVERYTHING_ECHO)
+    if name == "switchboard-everything":
+        be = _everything(name)
+        description = "Switchboard (HTTP) -> server-everything (HTTP)"
+        return _spec(name, description, be, _switchboard(name, be, tmpdir), echo=EVERYTHING_ECHO)
     raise ValueError(f"unknown target {name!r}")

@@ -53,6 +53,8 @@ def script_for(session: McpSession) -> tuple[Path, dict[str, str]]:
         "BENCH_PROTOCOL_VERSION": session.protocol_version,
         "BENCH_TOOL": session.tool,
         "BENCH_TEXT": WRK_TEXT,
+        "BENCH_ARG": session.echo.arg,
+        "BENCH_EXPECT": session.echo.answer(WRK_TEXT),
     }
     if session.era != "modern":
         return LUA_SCRIPT, env

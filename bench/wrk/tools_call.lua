@@ -7,7 +7,10 @@
 --   BENCH_SESSION_ID        Mcp-Session-Id from the driver's initialize (empty: no header, stateless)
 --   BENCH_PROTOCOL_VERSION  MCP-Protocol-Version header (default 2025-11-25)
 --   BENCH_TOOL              tool name (default echo)
---   BENCH_TEXT              text argument to echo (default "bench")
+--   BENCH_TEXT              text to echo (default "bench")
+--   BENCH_ARG               name of the tool's argument carrying it (default "text"; server-everything: "message")
+--   BENCH_EXPECT            the text content the answer must carry, as a JSON string (default BENCH_TEXT;
+--                           server-everything answers "Echo: " .. BENCH_TEXT)
 --   BENCH_ID_BASE           numeric offset so ids stay unique across wrk runs (default 0)
 --   BENCH_CHECK_BODY        "1" (default): count 2xx responses whose body lacks the echoed text
 --
@@ -18,6 +21,10 @@ local session_id = os.getenv("BENCH_SESSION_ID") or ""
 local protocol_version = os.getenv("BENCH_PROTOCOL_VERSION") or "2025-11-25"
 local tool = os.getenv("BENCH_TOOL") or "echo"
 local text = os.getenv("BENCH_TEXT") or "bench"
+local arg_name = os.getenv("BENCH_ARG") or ""
+if arg_name == "" then arg_name = "text" end
+local expect = os.getenv("BENCH_EXPECT") or ""
+if expect == "" then expect = text end
 local id_base = tonumber(os.getenv("BENCH_ID_BASE") or "0") or 0
 local check_body = (os.getenv("BENCH_CHECK_BODY") or "1") == "1"
 
@@ -43,8 +50,8 @@ if session_id ~= "" then
    headers["Mcp-Session-Id"] = session_id
 end
 local body_head = '{"jsonrpc":"2.0","method":"tools/call","params":{"name":"' .. tool ..
-   '","arguments":{"text":"' .. text .. '"}},"id":'
-local expected = '"' .. text .. '"'
+   '","arguments":{"' .. arg_name .. '":"' .. text .. '"}},"id":'
+local expected = '"' .. expect .. '"'
 local id_offset = 0
 
 function init(args)

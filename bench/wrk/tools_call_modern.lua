@@ -7,7 +7,8 @@
 --
 -- Used by bench/roundtrip/wrk.py (`make bench`, target switchboard-modern) and bench/workers.py.
 --
--- Environment (besides the base script's BENCH_TOOL, BENCH_TEXT, BENCH_ID_BASE, BENCH_CHECK_BODY):
+-- Environment (besides the base script's BENCH_TOOL, BENCH_TEXT, BENCH_ARG, BENCH_EXPECT, BENCH_ID_BASE,
+-- BENCH_CHECK_BODY; BENCH_EXPECT is checked by the base script's response()):
 --   BENCH_BASE_SCRIPT       path of tools_call.lua (default: the file next to this one)
 --   BENCH_PROTOCOL_VERSION  MCP-Protocol-Version header and default envelope version (default 2026-07-28)
 --   BENCH_META              the `_meta` object as JSON text (default: the version, empty client
@@ -27,6 +28,7 @@ dofile(env("BENCH_BASE_SCRIPT", here .. "tools_call.lua"))
 local m_version = env("BENCH_PROTOCOL_VERSION", "2026-07-28")
 local m_tool = env("BENCH_TOOL", "echo")
 local m_text = env("BENCH_TEXT", "bench")
+local m_arg = env("BENCH_ARG", "text")
 local m_base = tonumber(env("BENCH_ID_BASE", "0")) or 0
 local m_meta = env("BENCH_META",
    '{"io.modelcontextprotocol/protocolVersion":"' .. m_version .. '",' ..
@@ -43,7 +45,7 @@ local m_headers = {
    ["Mcp-Name"] = m_tool,
 }
 local m_head = '{"jsonrpc":"2.0","method":"tools/call","params":{"name":"' .. m_tool ..
-   '","arguments":{"text":"' .. m_text .. '"},"_meta":' .. m_meta .. '},"id":'
+   '","arguments":{"' .. m_arg .. '":"' .. m_text .. '"},"_meta":' .. m_meta .. '},"id":'
 
 local base_init = init
 function init(args)

@@ -135,7 +135,9 @@ class HttpCarrier(Carrier):
             if ctype.startswith("text/event-stream") and status < 400:
                 chunks = response.iter_raw()
                 parser = SSEParser(self._max)
-                answered, last_id, retry_ms = await self._read_stream(chunks, parser, rpc_id, until_answered=True)
+                answered, last_id, retry_ms = await self._read_stream(
+                    chunks, parser, rpc_id, until_answered=True, request=message
+                )
                 if answered:
                     # The caller has its answer; the end of the stream is read in the background so
                     # that the connection goes back to the pool (iter_raw releases it).
@@ -192,9 +194,15 @@ class HttpCarrier(Carrier):
                 self._protocol_version = version
 
     async def _read_stream(
-        self, chunks: Any, parser: SSEParser, rpc_id: Any, until_answered: bool
+        self,
+        chunks: Any,
+        parser: SSEParser,
+        rpc_id: Any,
+        until_answered: bool,
+        request: dict[str, Any] | None = None,
     ) -> tuple[bool, str | None, int | None]:
-        """Relay the events of one response stream; say whether the response itself came."""
+        """Relay the events of one response stream; say whether the response itself came. The answer
+        to an ``initialize`` (``request``) sets the version later requests declare, as a JSON one does."""
         assert self._inbound
         last_id: str | None = None
         retry_ms: int | None = None
@@ -210,6 +218,8 @@ class HttpCarrier(Carrier):
                     continue
                 if jsonrpc.is_response(msg) and msg.get("id") == rpc_id:
                     answered = True
+                    if request is not None:
+                        self._note_init(request, msg)
                 self._inbound(msg, rpc_id)
             if answered and until_answered:
                 break
