@@ -237,13 +237,17 @@ class HttpCarrier(Carrier):
                 response = await self._pool.request("GET", self._target, headers)
             except HttpError:
                 break
+            chunks = response.iter_raw()
             try:
                 if response.status != 200:
                     break
+                # Until the answer, not the stream's end: a server may keep a resumed stream open
+                # after it (the official SDK's does). Released unfinished, the connection is closed.
                 answered, new_last, new_retry = await self._read_stream(
-                    response.iter_raw(), SSEParser(self._max), rpc_id, until_answered=False
+                    chunks, SSEParser(self._max), rpc_id, until_answered=True
                 )
             finally:
+                await chunks.aclose()
                 response.release()
             if answered:
                 return

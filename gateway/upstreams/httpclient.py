@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from urllib.parse import urlsplit
 
 import httptools
@@ -159,7 +159,7 @@ class Response:
     async def _wait_headers(self) -> None:
         await self._headers_done
 
-    async def iter_raw(self) -> AsyncIterator[bytes]:
+    async def iter_raw(self) -> AsyncGenerator[bytes, None]:
         try:
             while True:
                 while self._chunks:
