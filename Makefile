@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format bench bench-mcpx bench-mcpl bench-router bench-mgp bench-workers bench-replicas test-deps clean
+.PHONY: run test lint format bench bench-mcpx bench-mcpl bench-router bench-mgp bench-workers bench-replicas bench-idle bench-stdio test-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,7 +45,8 @@ format: $(STAMP)
 bench: $(STAMP)
 	bash bench/run.sh $(ARGS)
 
-# MCPx topic fan-out: deliveries per second and delivery latency with 10 and 50 participants.
+# MCPx topic fan-out: deliveries per second, per gateway CPU-second and latency with 10 and 50 participants,
+# side by side with the Node reference gateway (mew-protocol's last v0.1; bench/mcpx_reference/setup.sh builds it).
 bench-mcpx: $(STAMP)
 	$(BIN)/python bench/mcpx_fanout.py $(ARGS)
 
@@ -68,6 +69,14 @@ bench-workers: $(STAMP)
 # Issue 14: the latency a legacy session's request adds when it lands on another replica (real Redis).
 bench-replicas: $(STAMP)
 	$(BIN)/python bench/replicas.py $(ARGS)
+
+# Issue 15: memory per idle session and per idle SSE stream (10,000 of each kind), idle CPU, calls meanwhile.
+bench-idle: $(STAMP)
+	$(BIN)/python bench/idle_streams.py $(ARGS)
+
+# Issue 15: tools/call through the same echo backend over stdio and over HTTP behind one gateway (needs wrk).
+bench-stdio: $(STAMP)
+	$(BIN)/python bench/stdio_vs_http.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .cache build *.egg-info

@@ -191,7 +191,9 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.gateway = gw
-    served = FastPath(app, {"/mcp": mcp_fed}, OriginGuard(gw.config))
+    # /sse and /messages too: an idle legacy SSE stream then holds no Starlette routing frames (4 KB each).
+    exact = {"/mcp": mcp_fed, "/sse": sse_fed.stream, "/messages": sse_fed.messages}
+    served = FastPath(app, exact, OriginGuard(gw.config))
     gw.replicas.serve(served)  # requests other replicas relay here run through the same app
     return served
 

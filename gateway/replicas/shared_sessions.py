@@ -93,9 +93,8 @@ class LocalSessions:
     async def ended(self, session: ClientSession) -> None:
         return None
 
-    @contextlib.asynccontextmanager
-    async def holding(self, session: ClientSession) -> AsyncIterator[None]:
-        yield
+    def holding(self, session: ClientSession) -> contextlib.AbstractAsyncContextManager[None]:
+        return _NOTHING_HELD  # one shared object: an idle stream holds no generator of its own
 
     async def start(self) -> None:
         return None
@@ -107,6 +106,9 @@ class LocalSessions:
 
     async def missed(self, session: ClientSession, last_seen: int) -> list[dict[str, Any]] | None:
         return None
+
+
+_NOTHING_HELD: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
 class SharedSessions:

@@ -18,13 +18,36 @@ from gateway.write_batch import write_batch
 
 
 class CoalescingTransport:
-    __slots__ = ("_batch", "_buffer", "_scheduled", "_transport")
+    # Slots: one per client connection, and what it carries beyond writes (the disconnect watchers)
+    # lives here rather than in uvicorn's protocol object, whose instance dict would grow for it.
+    __slots__ = ("_batch", "_buffer", "_lost", "_lost_watchers", "_scheduled", "_transport")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._batch = write_batch(loop)
         self._buffer: list[bytes] = []
         self._scheduled = False
+        self._lost = False
+        self._lost_watchers: list[asyncio.Future[None]] | None = None
+
+    def watch_lost(self) -> asyncio.Future[None]:
+        """A future done once the connection is lost (``LOST_KEY``)."""
+        watcher: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._lost:
+            watcher.set_result(None)
+            return watcher
+        # A kept-alive connection serves many requests: forget the watchers of finished ones.
+        kept = [w for w in self._lost_watchers or () if not w.done()]
+        kept.append(watcher)
+        self._lost_watchers = kept
+        return watcher
+
+    def lost(self) -> None:
+        self._lost = True
+        watchers, self._lost_watchers = self._lost_watchers or [], None
+        for watcher in watchers:
+            if not watcher.done():
+                watcher.set_result(None)
 
     def write(self, data: bytes) -> None:
         # Sent at the end of this loop iteration, with every other connection's writes of the
@@ -60,27 +83,11 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     # Like uvicorn's own, this narrows asyncio.Protocol's BaseTransport parameter to a Transport.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's signature
         coalescing = CoalescingTransport(transport, asyncio.get_running_loop())
-        self._lost_watchers: list[asyncio.Future[None]] = []
-        self._lost = False
         super().connection_made(coalescing)  # type: ignore[arg-type]  # a duck-typed Transport: __getattr__ forwards
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = True
         super().connection_lost(exc)
-        watchers, self._lost_watchers = self._lost_watchers, []
-        for watcher in watchers:
-            if not watcher.done():
-                watcher.set_result(None)
-
-    def _watch_lost(self) -> asyncio.Future[None]:
-        watcher: asyncio.Future[None] = self.loop.create_future()
-        if self._lost:
-            watcher.set_result(None)
-            return watcher
-        # A kept-alive connection serves many requests: forget the watchers of finished ones.
-        self._lost_watchers = [w for w in self._lost_watchers if not w.done()]
-        self._lost_watchers.append(watcher)
-        return watcher
+        cast(CoalescingTransport, self.transport).lost()
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
@@ -89,4 +96,4 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         # The scope is a plain dict at runtime; uvicorn's HTTPScope TypedDict lists only the ASGI spec's keys.
         scope = cast(dict[str, Any], self.scope)
         scope[ABORT_KEY] = self.transport.abort
-        scope[LOST_KEY] = self._watch_lost
+        scope[LOST_KEY] = cast(CoalescingTransport, self.transport).watch_lost

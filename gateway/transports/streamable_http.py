@@ -34,7 +34,7 @@ from gateway.transports.http_common import (
     send_bytes,
     send_rpc_error,
     send_unauthorized,
-    wait_disconnect,
+    watch_disconnect,
 )
 from gateway.transports.streamable_http_modern import ModernExchange
 from policies.auth import AuthError
@@ -265,9 +265,9 @@ class StreamableHttpDoor:
             session.streams.pop(channel.id, None)
         channel.attached = True
         writer: asyncio.Task[None] | None = None
-        gone: asyncio.Task[None] | None = None
+        gone: asyncio.Future[None] | None = None
         if cancel_on_disconnect:
-            gone = asyncio.create_task(wait_disconnect(receive))
+            gone = watch_disconnect(scope, receive)
             me = asyncio.current_task()
             assert me is not None
             gone.add_done_callback(lambda t: me.cancel() if not t.cancelled() else None)
@@ -339,10 +339,10 @@ class StreamableHttpDoor:
         session: ClientSession,
         channel: Channel,
         extra: list[tuple[str, str]],
-        gone: asyncio.Task[None] | None = None,
+        gone: asyncio.Future[None] | None = None,
     ) -> None:
         own_watch = gone is None
-        watch = gone if gone is not None else asyncio.create_task(wait_disconnect(receive))
+        watch = gone if gone is not None else watch_disconnect(scope, receive)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": _sse_headers(extra)})
             if session.codec.resumable_streams and (session.protocol_version or "") >= PRIMES_SSE_FROM:
@@ -364,7 +364,7 @@ class StreamableHttpDoor:
         channel: Channel,
         after: int,
         batch: list[tuple[int, dict[str, Any]]] | None,
-        gone: asyncio.Task[None],
+        gone: asyncio.Future[None],
     ) -> None:
         """Write events after ``after`` until the channel ends, the client leaves or stops reading."""
         channel.on_overflow = drop_hook(scope)
@@ -440,33 +440,26 @@ class StreamableHttpDoor:
             await send_rpc_error(send, 409, jsonrpc.INVALID_REQUEST, "Conflict: this stream already has a reader")
             return
         channel.attached = True
-        gone = asyncio.create_task(wait_disconnect(receive))
+        gone = watch_disconnect(scope, receive)
         try:
             async with self._shared.holding(session):
                 for message in missed or ():
                     channel.push_local(message)  # numbered on above the history: recorded again, sent below
-                await self._serve_get(scope, send, session, channel, after, bool(last_event_id), gone)
+                await self._start_get(send, session, channel, after, bool(last_event_id))
+                # Awaited here, not inside _start_get: an idle stream holds one coroutine frame less.
+                await self._stream(scope, send, session, channel, after, None, gone)
         finally:
             channel.attached = False
             gone.cancel()
 
-    async def _serve_get(
-        self,
-        scope: Scope,
-        send: Send,
-        session: ClientSession,
-        channel: Channel,
-        after: int,
-        resumed: bool,
-        gone: asyncio.Task[None],
-    ) -> None:
+    async def _start_get(self, send: Send, session: ClientSession, channel: Channel, after: int, resumed: bool) -> None:
+        """The GET stream's head and its first event (a priming id, or a keep-alive)."""
         await send({"type": "http.response.start", "status": 200, "headers": _sse_headers([])})
         if not resumed and (session.protocol_version or "") >= PRIMES_SSE_FROM:
             prime = sse.encode(b"", id=f"{channel.id}-{after}")
             await send({"type": "http.response.body", "body": prime, "more_body": True})
         else:
             await send({"type": "http.response.body", "body": sse.KEEPALIVE, "more_body": True})
-        await self._stream(scope, send, session, channel, after, None, gone)
 
     # ---- DELETE ------------------------------------------------------------------------------
 
@@ -484,19 +477,12 @@ def _sse_headers(extra: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
 
 
 async def _next_batch(
-    channel: Channel, after: int, gone: asyncio.Task[None], keepalive: float | None = None
+    channel: Channel, after: int, gone: asyncio.Future[None], keepalive: float | None = None
 ) -> list[tuple[int, dict[str, Any]]] | None:
-    """The next messages, [] on keep-alive timeout or channel end, None if the client left."""
-    reader = asyncio.ensure_future(channel.read(after))
-    done, _ = await asyncio.wait({reader, gone}, timeout=keepalive, return_when=asyncio.FIRST_COMPLETED)
-    if reader in done:
-        return reader.result()
-    reader.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await reader
-    if gone in done:
-        return None
-    return []
+    """The next messages, [] on keep-alive timeout or channel end, None if the client left.
+
+    No task or ``asyncio.wait`` per call: the stream waits on one future (gateway/channels.py)."""
+    return await channel.next_batch(after, keepalive, gone)
 
 
 async def answer_batch(

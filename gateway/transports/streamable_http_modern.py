@@ -9,14 +9,11 @@ result. ``server/discover`` and ``subscriptions/listen`` are answered here.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import secrets
 from typing import TYPE_CHECKING, Any, Protocol
 
 from adapters import codecs, mcp_modern
-from gateway import errors, jsonrpc, sse
+from gateway import errors, ids, jsonrpc, sse
 from gateway.channels import ChannelOverflow, guarded_write
 from gateway.routing.listen import REFUSED_META_KEY, ListenAdmission
 from gateway.sessions import ClientSession
@@ -29,7 +26,7 @@ from gateway.transports.http_common import (
     send_bytes,
     send_rpc_error,
     send_unauthorized,
-    wait_disconnect,
+    watch_disconnect,
 )
 from policies.auth import AuthError, Credentials
 
@@ -163,7 +160,7 @@ class ModernExchange:
     def _session(self, view: View, credentials: Credentials, envelope: mcp_modern.Envelope) -> ClientSession:
         """A session for this one exchange: the client's envelope stands in for initialize."""
         session = ClientSession(
-            secrets.token_urlsafe(12), TRANSPORT, view, self._desk.principal_of(credentials), self._limits
+            ids.token_urlsafe(12), TRANSPORT, view, self._desk.principal_of(credentials), self._limits
         )
         session.credentials = credentials
         session.protocol_version = envelope.version
@@ -238,7 +235,7 @@ class ModernExchange:
         channel = listener.standalone
         channel.attached = True
         channel.on_overflow = drop_hook(scope)
-        gone = asyncio.create_task(wait_disconnect(receive))
+        gone = watch_disconnect(scope, receive)
         meta = {mcp_modern.SUBSCRIPTION_ID_KEY: rpc_id}
         try:
             await send(
@@ -254,20 +251,15 @@ class ModernExchange:
             )
             await send({"type": "http.response.body", "body": sse.encode(jsonrpc.dumps(ack)), "more_body": True})
             after = channel.last_seq
+            keepalive = self._limits.sse_keepalive_s
             while True:
-                reader = asyncio.ensure_future(channel.read(after))
-                done, _ = await asyncio.wait(
-                    {reader, gone}, timeout=self._limits.sse_keepalive_s, return_when=asyncio.FIRST_COMPLETED
-                )
-                if reader not in done:
-                    reader.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, ChannelOverflow):
-                        await reader
-                    if gone in done:
-                        return
+                # One future while idle (gateway/channels.py): no task, no asyncio.wait per keep-alive.
+                batch = await channel.next_batch(after, keepalive, gone)
+                if batch is None:
+                    return
+                if not batch and not channel.closed:
                     await send({"type": "http.response.body", "body": sse.KEEPALIVE, "more_body": True})
                     continue
-                batch = reader.result()
                 if not batch:
                     # The listener ended on the gateway's side (shutdown ends every session): end the response.
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
