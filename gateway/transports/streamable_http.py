@@ -260,9 +260,9 @@ class StreamableHttpDoor:
         closes its connection cancels the call (the modern era's only cancellation).
         """
         resumable = session.codec.resumable_streams
-        channel = session.new_stream(resumable=resumable)
-        if not resumable:
-            session.streams.pop(channel.id, None)
+        # Kept for Last-Event-ID only once it streams (start_streaming): most calls are answered as
+        # JSON, and a channel kept per call would push the streams a client may resume out of the window.
+        channel = session.new_stream(resumable=False)
         channel.attached = True
         writer: asyncio.Task[None] | None = None
         gone: asyncio.Future[None] | None = None
