@@ -102,3 +102,25 @@ class Hello:
         the stored state was read and applied (the ``reading`` block left) from then on."""
         if self._heard.is_set():
             await self._applied.wait()
+
+    async def others(self, messages: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]:
+        """The channel's announcements of other replicas, each naming what it changed (``name``),
+        yielded when they may be applied; hellos and this replica's own announcements are left out."""
+        async for data in messages:
+            news = json_object(data)
+            if self.heard(news):
+                continue
+            await self.applied()
+            if news is not None and news.get("by") != self._replica and isinstance(news.get("name"), str):
+                yield news
+
+
+def json_object(raw: bytes | None) -> dict[str, Any] | None:
+    """``raw`` parsed as a JSON object; None if empty, malformed or not an object (skipped by callers)."""
+    if not raw:
+        return None
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None

@@ -83,14 +83,9 @@ class SharedPrincipals:
 
     async def _listen(self) -> None:
         # A bus subscription outlives a Redis outage (it reconnects by itself: gateway/bus/redis_pubsub.py).
-        async for data in self._bus.subscribe(CHANNEL):
-            news = _loads(data)
-            if self._hello.heard(news):
-                continue
-            await self._hello.applied()
-            if news and news.get("by") != self._replica and isinstance(news.get("name"), str):
-                if self._apply(news["name"], news.get("config")):
-                    self._changed()
+        async for news in self._hello.others(self._bus.subscribe(CHANNEL)):
+            if self._apply(news["name"], news.get("config")):
+                self._changed()
 
     def _apply(self, name: str, config: Any) -> bool:
         if config is None:
@@ -101,16 +96,6 @@ class SharedPrincipals:
             log.warning("a shared change of principal %s is malformed, skipped: %s", name, exc)
             return False
         return True
-
-
-def _loads(raw: bytes | None) -> dict[str, Any] | None:
-    if not raw:
-        return None
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _loads_config(raw: bytes) -> Any:

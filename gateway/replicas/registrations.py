@@ -37,7 +37,7 @@ import orjson
 
 from gateway import jsonrpc
 from gateway.bus.maps import maps_for
-from gateway.replicas.hello import Hello
+from gateway.replicas.hello import Hello, json_object
 
 if TYPE_CHECKING:
     from gateway.bus import Bus
@@ -73,7 +73,7 @@ class SharedRegistrations:
                 log.warning("backends registered at runtime on other replicas are not known yet: %s", exc)
                 return
             for name, raw in stored.items():
-                entry = _loads(raw)
+                entry = json_object(raw)
                 if entry is not None and entry.get("by") != self._replica:
                     await self._add(name, entry)
 
@@ -116,13 +116,7 @@ class SharedRegistrations:
 
     async def _listen(self) -> None:
         # A bus subscription outlives a Redis outage (it reconnects by itself: gateway/bus/redis_pubsub.py).
-        async for data in self._bus.subscribe(CHANNEL):
-            news = _loads(data)
-            if self._hello.heard(news):
-                continue
-            await self._hello.applied()
-            if news is None or news.get("by") == self._replica or not isinstance(news.get("name"), str):
-                continue
+        async for news in self._hello.others(self._bus.subscribe(CHANNEL)):
             if news.get("op") == "registered":
                 await self._add(news["name"], news)
             elif news.get("op") == "deregistered":
@@ -157,13 +151,3 @@ class SharedRegistrations:
             log.exception("backend %s, deregistered on replica %s, could not be removed here", name, by)
         else:
             log.info("backend %s, deregistered on replica %s, removed here", name, by)
-
-
-def _loads(raw: bytes | None) -> dict[str, Any] | None:
-    if not raw:
-        return None
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
