@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from adapters import codecs
 from adapters.codecs import ClientCodec
 from adapters.mcp import LOG_LEVELS
-from gateway import ids, jsonrpc
+from gateway import jsonrpc
 from gateway.channels import Channel
 from gateway.config import Limits
 from gateway.events import Dialect
@@ -288,7 +288,7 @@ class SessionStore:
         return session
 
     def create(self, transport: str, view: View, principal: Principal) -> ClientSession:
-        session = ClientSession(ids.token_urlsafe(24), transport, view, principal, self._limits)
+        session = ClientSession(secrets.token_urlsafe(24), transport, view, principal, self._limits)
         self._sessions[session.id] = session
         return session
 

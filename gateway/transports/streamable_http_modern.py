@@ -10,10 +10,11 @@ result. ``server/discover`` and ``subscriptions/listen`` are answered here.
 from __future__ import annotations
 
 import logging
+import secrets
 from typing import TYPE_CHECKING, Any, Protocol
 
 from adapters import codecs, mcp_modern
-from gateway import errors, ids, jsonrpc, sse
+from gateway import errors, jsonrpc, sse
 from gateway.channels import ChannelOverflow, guarded_write
 from gateway.routing.listen import REFUSED_META_KEY, ListenAdmission
 from gateway.sessions import ClientSession
@@ -160,7 +161,7 @@ class ModernExchange:
     def _session(self, view: View, credentials: Credentials, envelope: mcp_modern.Envelope) -> ClientSession:
         """A session for this one exchange: the client's envelope stands in for initialize."""
         session = ClientSession(
-            ids.token_urlsafe(12), TRANSPORT, view, self._desk.principal_of(credentials), self._limits
+            secrets.token_urlsafe(12), TRANSPORT, view, self._desk.principal_of(credentials), self._limits
         )
         session.credentials = credentials
         session.protocol_version = envelope.version
