@@ -15,7 +15,7 @@ import mcp_types as types
 import pytest
 from mcp.client import Client, ClientRequestContext
 
-from tests.support import RunningGateway, run_gateway
+from tests.support import RunningGateway, modern_headers, modern_meta, run_gateway
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -96,3 +96,28 @@ async def test_cell(gateway: RunningGateway, mode: str, backend: str) -> None:
         multi = await client.call_tool(f"{backend}__test_input_required_result_multi_round", {})
         assert _text(multi) == "Alice's favorite color is blue", "two rounds of input, whatever the eras"
         assert len(answers.elicited) == 3
+
+
+async def test_a_modern_client_that_cannot_be_asked_gets_32021_from_a_legacy_backend_that_asks(
+    gateway: RunningGateway,
+) -> None:
+    """A 2026-07-28 client that declared no elicitation capability calls a legacy backend's tool that
+    elicits: the backend's request is refused and the client is told what its request needs (-32021),
+    and the gateway goes on serving it."""
+    tool = "legacy__test_elicitation"
+    body = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": {"message": "who?"}, "_meta": modern_meta()},
+    }
+    async with httpx.AsyncClient(timeout=30) as http:
+        answer = await http.post(gateway.mcp, json=body, headers=modern_headers("tools/call", tool))
+        error = answer.json()["error"]
+        assert error["code"] == -32021, answer.text
+        assert "elicitation" in error["data"]["requiredCapabilities"]
+        body["id"], body["params"] = 8, {"name": "legacy__test_simple_text", "arguments": {}, "_meta": modern_meta()}
+        plain = await http.post(
+            gateway.mcp, json=body, headers=modern_headers("tools/call", "legacy__test_simple_text")
+        )
+        assert plain.json()["result"]["content"][0]["text"] == "This is a simple text response for testing."
