@@ -130,7 +130,8 @@ def assemble(
     server = MgpServer(chain=chain, tool_facts=tools, trust_of=trust_of)
     server.add(AccessMethods(access, access_changed).handlers())  # §5.4
     # §6 audit toward MGP clients, §13 events (audit, lifecycle, backends' channels) and callbacks.
-    audit_stream = AuditStream(audit, sessions)
+    audit_stream = AuditStream(audit)
+    server.on_negotiated(audit_stream.watch)
     events = EventHub(connections, kernel.backend, audit_stream, news)
     callbacks = Callbacks(connections, sessions, news, audit)
     for feature in (audit_stream, events, callbacks):

@@ -22,14 +22,16 @@ clients poll ``mgp.audit.replay`` instead.
 
 Invariants: the listener does O(1) work per record when no session watches (a counter, a tuple
 appended to the ring, two checks); the §6.3 params are built at most once per record pushed, and
-only when someone sees it; the ring holds at most ``capacity`` records; which sessions watch is
-learnt from their ``initialize`` record (the facet is fixed then) and forgotten when they end.
+only when someone sees it; the ring holds at most ``capacity`` records; a session watches from the
+moment its ``initialize`` negotiated ``audit`` (``watch``, called by the MGP server: the facet is
+fixed then; no scan of the live sessions, which made opening many sessions quadratic) and is
+forgotten when it ends.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeGuard
@@ -75,8 +77,7 @@ def visible(principal: Principal, record: AuditRecord) -> bool:
 
 
 class AuditStream:
-    def __init__(self, audit: AuditLog, sessions: Iterable[ClientSession], *, capacity: int = DEFAULT_CAPACITY) -> None:
-        self._sessions = sessions
+    def __init__(self, audit: AuditLog, *, capacity: int = DEFAULT_CAPACITY) -> None:
         self._ring: deque[tuple[int, AuditRecord]] = deque(maxlen=capacity)
         self._seq = 0
         self._watchers: dict[str, ClientSession] = {}  # session id -> a live MGP session with audit
@@ -101,21 +102,14 @@ class AuditStream:
     def _on_record(self, record: AuditRecord) -> None:
         self._seq += 1
         self._ring.append((self._seq, record))
-        if record.get("method") == "initialize":
-            self._learn(record)
         if self._watchers or self.tap_active:
             self._fan_out(Entry(self._seq, record))
 
-    def _learn(self, record: AuditRecord) -> None:
-        """A session just initialized: if it negotiated ``audit``, it watches from now on. The record
-        names the session by its id's first 8 characters, so the live ones are looked through
-        (once per initialize, not per record)."""
-        prefix = record.get("session")
-        if not isinstance(prefix, str):
-            return
-        for session in self._sessions:
-            if session.id.startswith(prefix) and session.mgp is not None and session.mgp.wants("audit"):
-                self._watchers[session.id] = session
+    def watch(self, session: ClientSession) -> None:
+        """A session negotiated MGP in its ``initialize`` (MgpServer.on_negotiated): with ``audit``
+        active it watches from now on, its own ``initialize`` record included."""
+        if session.mgp is not None and session.mgp.wants("audit"):
+            self._watchers[session.id] = session
 
     def _fan_out(self, entry: Entry) -> None:
         for session_id, session in list(self._watchers.items()):

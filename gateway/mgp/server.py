@@ -98,6 +98,7 @@ class MgpServer:
         self.extensions = extensions
         self._handlers: dict[str, Handler] = {}
         self._on_session_end: list[Callable[[ClientSession], None]] = []
+        self._on_negotiated: list[Callable[[ClientSession], None]] = []
 
     # ---- features join ---------------------------------------------------------------------------
 
@@ -116,6 +117,10 @@ class MgpServer:
 
     def on_session_end(self, callback: Callable[[ClientSession], None]) -> None:
         self._on_session_end.append(callback)
+
+    def on_negotiated(self, callback: Callable[[ClientSession], None]) -> None:
+        """``callback(session)`` once a legacy session negotiated MGP in its ``initialize``."""
+        self._on_negotiated.append(callback)
 
     def session_ended(self, session: ClientSession) -> None:
         if session.mgp is None:
@@ -144,6 +149,8 @@ class MgpServer:
         facet = session.mgp = negotiate_client(raw, self.extensions, modern=False, experimental=experimental)
         result_caps = result.setdefault("capabilities", {})
         caps.put_legacy(result_caps, self._declaration(facet), experimental=experimental)
+        for callback in self._on_negotiated:
+            callback(session)
 
     def adopt(self, session: ClientSession) -> MgpClient | None:
         """A modern exchange: the facet from this request's client capabilities (§2.6)."""

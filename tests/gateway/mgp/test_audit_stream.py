@@ -137,7 +137,7 @@ async def test_bad_replay_params_are_invalid_params(gw: Gateway, params: dict[st
 
 
 async def test_the_ring_is_bounded_and_records_are_numbered_once(gw: Gateway) -> None:
-    stream = AuditStream(gw.audit, gw.sessions, capacity=5)
+    stream = AuditStream(gw.audit, capacity=5)
     for _ in range(12):
         gw.audit.record("allowed", principal="alice", method="tools/list", action="mcp/request:tools/list")
     assert stream.last_seq == 12
