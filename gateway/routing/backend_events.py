@@ -152,6 +152,11 @@ class BackendEvents:
                 if session.input_ready is not None:
                     session.input_ready.set()
             return
+        if needed is None and not session.codec.asks_mid_request:
+            # A modern client is asked only through input requests, and an input request is sampling,
+            # elicitation or roots (2026-07-28 InputRequest): anything else has no way to it.
+            self._refuse(conn, upstream_id, f"{method} cannot be asked of a 2026-07-28 client")
+            return
         gid = session.next_outgoing_id()
         out = Outgoing(conn, upstream_id, method)
         if not session.codec.asks_mid_request:

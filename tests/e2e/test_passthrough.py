@@ -15,7 +15,15 @@ import httpx
 import pytest
 import websockets
 
-from tests.support import JSON_HEADERS as HEADERS, RunningGateway, dynamic_backend, initialize_request, run_gateway
+from tests.support import (
+    JSON_HEADERS as HEADERS,
+    RunningGateway,
+    dynamic_backend,
+    initialize_request,
+    modern_headers,
+    modern_meta,
+    run_gateway,
+)
 
 pytestmark = [pytest.mark.timeout(60)]
 DYNAMIC = dynamic_backend()
@@ -107,3 +115,22 @@ async def test_metrics_count_requests_sessions_and_backends(gateway: RunningGate
     assert 'switchboard_active_sessions{transport="streamable_http"}' in text
     assert 'switchboard_backend_up{backend="dyn"} 1.0' in text
     assert 'switchboard_backend_up{backend="demo"} 1.0' in text
+
+
+async def test_a_request_no_2026_07_28_client_can_be_asked_is_refused_to_the_backend(gateway: RunningGateway) -> None:
+    """A 2026-07-28 client is asked only through input requests, which are sampling, elicitation and
+    roots. A backend's request of another method (``x/ask`` here) is refused to the backend, and the
+    client gets the call's result, never an ``input_required`` naming a method it cannot answer."""
+    tool = "dyn__emit"
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": {}, "_meta": modern_meta()},
+    }
+    async with httpx.AsyncClient(timeout=30) as http:
+        answer = await http.post(gateway.mcp, json=body, headers=modern_headers("tools/call", tool))
+    result = answer.json()["result"]
+    assert result["resultType"] == "complete", answer.text
+    refusal = json.loads(result["content"][0]["text"])  # what the backend got back for x/ask
+    assert "x/ask" in refusal["message"] and "2026-07-28" in refusal["message"]
