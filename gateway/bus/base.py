@@ -13,6 +13,9 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+import orjson
 
 HealthCallback = Callable[[bool, "str | None"], None]
 """``callback(healthy, problem)``: see :meth:`Bus.on_health`."""
@@ -102,3 +105,15 @@ class Bus(abc.ABC):
         While the store is down the bucket is this replica's own (fail-open to local limits): each
         replica then allows up to the whole limit, and the count is kept (``stats()``).
         """
+
+
+def json_object(raw: bytes | None) -> dict[str, Any] | None:
+    """A bus payload read as a JSON object; None if empty, malformed or not an object (skipped by
+    every listener: another replica's junk never stops one)."""
+    if not raw:
+        return None
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None

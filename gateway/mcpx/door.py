@@ -44,7 +44,7 @@ from gateway.errors import (
     mcpx_denial_code,
 )
 from gateway.mcpx.hub import JoinRefused, Mode, Participant, Topic
-from gateway.mcpx.outbox import Flusher, Outbox, server_protocol
+from gateway.mcpx.outbox import FrameCache, Outbox, server_protocol
 from policies.auth import AuthError, Credentials, bearer_token
 from policies.chain import Decision, Outcome
 from policies.patterns import CapabilitySet
@@ -112,7 +112,7 @@ class McpxDoor:
         self._authenticate = authenticate
         self._principal_of = principal_of
         self._background: set[asyncio.Task[None]] = set()
-        self._flusher = Flusher()
+        self._frames = FrameCache()
 
     async def _refuse(self, ws: WebSocket, code: int, reason: str) -> None:
         await ws.accept()
@@ -146,7 +146,7 @@ class McpxDoor:
         except AuthError as exc:
             await self._refuse(ws, _POLICY_VIOLATION, f"Unauthorized: {exc.reason}")
             return
-        outbox = Outbox(self._queue_size, server_protocol(ws), self._flusher)
+        outbox = Outbox(self._queue_size, server_protocol(ws), self._frames)
         participant = Participant(
             credentials.name,
             self.capabilities_of(credentials, topic_name),

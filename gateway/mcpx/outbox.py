@@ -3,8 +3,9 @@
 Fan-out made every delivery cost a queue put, a writer task's wake-up, Starlette's and uvicorn's
 ASGI send and a frame serialisation, then a write syscall: per recipient, per envelope. Here, when
 the connection is uvicorn's websockets-sansio protocol (the gateway's own server) and its transport
-is writable, ``deliver`` appends the finished frame to the participant's batch, and one callback per
-event-loop iteration writes each batch with one ``transport.write``: no task, no ASGI, and, without
+is writable, ``deliver`` appends the finished frame to the participant's batch, and the loop's write
+batch (gateway/write_batch.py) writes each batch with one ``transport.write`` at the end of the
+iteration: no task, no ASGI, and, without
 a negotiated extension (permessage-deflate), the frame bytes built once per envelope for every
 recipient (a server's frames are unmasked, so they are the same bytes for all).
 
@@ -30,6 +31,7 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from websockets.protocol import State
 
 from gateway.transports.ws_server import PROTOCOL_KEY
+from gateway.write_batch import write_batch
 
 _TEXT_FIN = 0x81
 
@@ -51,16 +53,13 @@ def server_protocol(ws: WebSocket) -> WebSocketsSansIOProtocol | None:
     return protocol if isinstance(protocol, WebSocketsSansIOProtocol) else None
 
 
-class Flusher:
-    """Writes every open batch once per event-loop iteration (one scheduled callback for all)."""
+class FrameCache:
+    """The last envelope's text and its frame / UTF-8 bytes: fan-out hands the same str object to
+    every recipient in turn, so one entry is the whole cache (one per door)."""
 
-    __slots__ = ("_dirty", "_encoded", "_frame", "_scheduled", "_text")
+    __slots__ = ("_encoded", "_frame", "_text")
 
     def __init__(self) -> None:
-        self._dirty: list[Outbox] = []
-        self._scheduled = False
-        # The last envelope's text and its frame / UTF-8 bytes: fan-out hands the same str object to
-        # every recipient in turn, so one entry is the whole cache.
         self._text: str | None = None
         self._frame = b""
         self._encoded = b""
@@ -76,30 +75,18 @@ class Flusher:
         self.frame(text)
         return self._encoded
 
-    def mark(self, outbox: Outbox) -> None:
-        self._dirty.append(outbox)
-        if not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush)
-
-    def flush(self) -> None:
-        self._scheduled = False
-        dirty, self._dirty = self._dirty, []
-        for outbox in dirty:
-            outbox.flush()
-
 
 class Outbox:
     """A participant's frames toward its socket: a direct batch while the socket keeps up, else a
     bounded queue drained by one writer task (``write``)."""
 
-    __slots__ = ("_batch", "_busy", "_flusher", "_proto", "_size", "queue")
+    __slots__ = ("_batch", "_busy", "_frames", "_proto", "_size", "queue")
 
-    def __init__(self, size: int, proto: WebSocketsSansIOProtocol | None, flusher: Flusher) -> None:
+    def __init__(self, size: int, proto: WebSocketsSansIOProtocol | None, frames: FrameCache) -> None:
         self.queue: asyncio.Queue[str] = asyncio.Queue(maxsize=size)
         self._size = size
         self._proto = proto
-        self._flusher = flusher
+        self._frames = frames
         self._batch: list[bytes] = []
         self._busy = False  # the writer holds a frame it took from the queue
 
@@ -125,13 +112,14 @@ class Outbox:
             if proto.conn.state is not State.OPEN:
                 return True  # closing (a close frame crossed this batch): its door ends the participant
             if not batch:
-                self._flusher.mark(self)
+                # Written at the end of this loop iteration with every other write of it (gateway/write_batch.py).
+                write_batch().flush_later(self)
             if proto.conn.extensions:
                 # A compressing extension keeps per-connection state: the frame is this connection's own.
-                proto.conn.send_text(self._flusher.encoded(text))
+                proto.conn.send_text(self._frames.encoded(text))
                 batch.extend(proto.conn.data_to_send())
             else:
-                batch.append(self._flusher.frame(text))
+                batch.append(self._frames.frame(text))
             return True
         try:
             self.queue.put_nowait(text)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from gateway.bus.base import json_object
 from gateway.bus.maps import Claim, maps_for
 
 if TYPE_CHECKING:
@@ -46,11 +47,8 @@ class Entry:
 
     @classmethod
     def parse(cls, raw: bytes) -> Entry | None:
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return None
-        return cls(raw, data) if isinstance(data, dict) and isinstance(data.get("id"), str) else None
+        data = json_object(raw)
+        return cls(raw, data) if data is not None and isinstance(data.get("id"), str) else None
 
     @property
     def id(self) -> str:

@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from gateway.bus.base import json_object
+
 if TYPE_CHECKING:
     from gateway.bus import Bus
 
@@ -113,14 +115,3 @@ class Hello:
             await self.applied()
             if news is not None and news.get("by") != self._replica and isinstance(news.get("name"), str):
                 yield news
-
-
-def json_object(raw: bytes | None) -> dict[str, Any] | None:
-    """``raw`` parsed as a JSON object; None if empty, malformed or not an object (skipped by callers)."""
-    if not raw:
-        return None
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None

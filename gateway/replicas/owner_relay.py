@@ -28,6 +28,7 @@ import orjson
 
 from gateway import jsonrpc
 from gateway.bus import Bus
+from gateway.bus.base import json_object
 from gateway.transports.http_common import send_rpc_error
 
 log = logging.getLogger(__name__)
@@ -163,11 +164,8 @@ class OwnerRelay:
 
     async def _serve(self) -> None:
         async for data in self._bus.subscribe(f"replica:{self.replica}"):
-            try:
-                request = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                continue
-            if not isinstance(request, dict) or self.app is None:
+            request = json_object(data)
+            if request is None or self.app is None:
                 continue
             task = asyncio.create_task(self._run(request), name="relay-run")
             self._running.add(task)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from gateway.bus.base import json_object
 from gateway.bus.maps import maps_for
 from policies.mgp_permissions import owner_of, parse_iso
 
@@ -121,11 +122,8 @@ class PermissionBoard:
 
 
 def _entry(raw: bytes) -> dict[str, Any] | None:
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) and isinstance(value.get("request_id"), str) else None
+    value = json_object(raw)
+    return value if value is not None and isinstance(value.get("request_id"), str) else None
 
 
 def _expired(entry: dict[str, Any], now: float) -> bool:

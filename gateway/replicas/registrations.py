@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from gateway import jsonrpc
+from gateway.bus.base import json_object
 from gateway.bus.maps import maps_for
-from gateway.replicas.hello import Hello, json_object
+from gateway.replicas.hello import Hello
 
 if TYPE_CHECKING:
     from gateway.bus import Bus

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from gateway.bus.base import json_object
 from gateway.replicas.history import History, missed
 from gateway.replicas.records import apply, fingerprint, record_of
 
@@ -255,11 +256,8 @@ class SharedSessions:
 
     async def _receive(self, session: ClientSession) -> None:
         async for data in self._bus.subscribe(f"stream:{session.id}"):
-            try:
-                message = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(message, dict) and not _just_carried(session, message):
+            message = json_object(data)
+            if message is not None and not _just_carried(session, message):
                 session.standalone.push_local(message)
 
     def _queue(self, session_id: str, message: dict[str, Any]) -> None:
@@ -300,13 +298,7 @@ class SharedSessions:
         except Exception as exc:
             log.warning("session %s: the bus is unavailable, the local copy serves: %s", session_id[:8], exc)
             return _UNAVAILABLE
-        if raw is None:
-            return None
-        try:
-            record = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return None
-        return record if isinstance(record, dict) else None
+        return json_object(raw)
 
     async def _write(self, session: ClientSession, holder: str | None) -> bool:
         """Store the record and announce it; whether it was stored."""
@@ -340,11 +332,8 @@ class SharedSessions:
             self._on_news(data)
 
     def _on_news(self, data: bytes) -> None:
-        try:
-            news = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return
-        if not isinstance(news, dict) or news.get("by") == self.replica:
+        news = json_object(data)
+        if news is None or news.get("by") == self.replica:
             return
         changed, ended, answer = news.get("changed"), news.get("ended"), news.get("answer")
         if isinstance(answer, str) and isinstance(news.get("message"), dict) and self.answered is not None:

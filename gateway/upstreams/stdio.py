@@ -22,6 +22,7 @@ import orjson
 
 from gateway import jsonrpc
 from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
+from gateway.write_batch import write_batch
 
 log = logging.getLogger(__name__)
 
@@ -144,11 +145,11 @@ class StdioCarrier(Carrier):
             raise CarrierClosed(f"stdin closed: {self._write_error or 'closing'}")
         data = jsonrpc.dumps(message)
         if not self._pending:
-            asyncio.get_running_loop().call_soon(self._flush)
+            write_batch().flush_later(self)  # at the end of this iteration, with its other writes
         self._pending.append(data)
         self._pending_bytes += len(data)
         if self._pending_bytes >= FLUSH_AT_BYTES:
-            self._flush()  # a sender sending a lot without yielding: write now, then the pipe's limit holds it
+            self.flush()  # a sender sending a lot without yielding: write now, then the pipe's limit holds it
         if stdin.transport.get_write_buffer_size():
             # The pipe did not take everything so far: drain waits only while the buffer is over the
             # high-water mark (the child is not reading), else it returns at once.
@@ -157,7 +158,7 @@ class StdioCarrier(Carrier):
             except (ConnectionError, BrokenPipeError) as exc:
                 raise CarrierClosed(f"stdin closed: {exc}") from None
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
         """Write the messages gathered in this iteration, one line each, in one write."""
         pending = self._pending
         if not pending:
@@ -188,7 +189,7 @@ class StdioCarrier(Carrier):
         if proc.returncode is None:
             # Polite first (close stdin, as MCP's stdio shutdown says), then SIGTERM, then SIGKILL.
             if proc.stdin is not None:
-                self._flush()  # what was sent just before (a cancellation, say) still reaches it
+                self.flush()  # what was sent just before (a cancellation, say) still reaches it
                 with contextlib.suppress(Exception):
                     proc.stdin.close()
             if await self._wait_exit(2.0) is None:

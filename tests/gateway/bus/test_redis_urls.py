@@ -25,7 +25,7 @@ from gateway.bus.configured import bus_from_config
 from gateway.bus.redis import RedisBus
 from gateway.bus.redis_urls import RedisOptions, parse_sentinel_url, redact
 from gateway.config import BusConfig
-from tests.gateway.bus.test_redis_faults import BINARY, RedisProcess, needs_redis, until
+from tests.gateway.bus.test_redis_faults import BINARY, RedisProcess, needs_redis, started, until
 from tests.support import free_port
 
 pytestmark = pytest.mark.timeout(90)
@@ -142,16 +142,6 @@ async def tls_redis(pki: Pki, clients: str) -> AsyncIterator[str]:
         yield f"rediss://127.0.0.1:{server.port}/0"
     finally:
         await server.stop()
-
-
-@contextlib.asynccontextmanager
-async def started(bus: RedisBus) -> AsyncIterator[RedisBus]:
-    await bus.start()
-    try:
-        yield bus
-    finally:
-        async with asyncio.timeout(10):
-            await bus.close()
 
 
 async def works(bus: RedisBus) -> None:

@@ -16,7 +16,7 @@ from websockets.asyncio.client import connect
 from websockets.frames import Frame, Opcode
 from websockets.streams import StreamReader
 
-from gateway.mcpx.outbox import Flusher, Outbox, server_protocol, text_frame
+from gateway.mcpx.outbox import FrameCache, Outbox, server_protocol, text_frame
 from gateway.transports.ws_server import SafeWebSocketProtocol
 
 WAIT_S = 10.0
@@ -37,10 +37,10 @@ def test_text_frame_parses_back_as_one_final_text_frame(size: int) -> None:
 
 
 def test_one_frame_is_built_per_envelope_text() -> None:
-    flusher = Flusher()
+    frames = FrameCache()
     text = '{"kind":"chat"}'
-    assert flusher.frame(text) is flusher.frame(text)
-    assert flusher.frame(text) == text_frame(text.encode())
+    assert frames.frame(text) is frames.frame(text)
+    assert frames.frame(text) == text_frame(text.encode())
 
 
 @pytest.mark.parametrize("compression", [None, "deflate"])
@@ -49,7 +49,7 @@ async def test_outbox_writes_directly_on_the_gateways_websocket_server(compressi
 
     async def endpoint(ws: WebSocket) -> None:
         await ws.accept()
-        outbox = Outbox(8, server_protocol(ws), Flusher())
+        outbox = Outbox(8, server_protocol(ws), FrameCache())
         found.append(outbox._direct())
         for text in ("one", "two", "x" * 70_000):
             assert outbox.deliver({}, text)
