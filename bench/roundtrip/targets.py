@@ -36,6 +36,8 @@ ALL_TARGETS = [
     "direct",
     "switchboard",
     "switchboard-modern",
+    "python-floor",
+    "python-floor-json",
     "supergateway",
     "mcp-proxy",
     "sdk-direct",
@@ -47,6 +49,8 @@ BASELINE_OF = {
     "direct": None,
     "switchboard": "direct",
     "switchboard-modern": "direct",
+    "python-floor": "direct",
+    "python-floor-json": "direct",
     "supergateway": "direct",
     "mcp-proxy": "direct",
     "sdk-direct": None,
@@ -218,6 +222,14 @@ def _mcp_proxy(target: str) -> Service:
     )
 
 
+def _floor(target: str, backend: Service, reencode: bool) -> Service:
+    """bench/floor_proxy.py: the least a CPython proxy does per call (no gateway work at all)."""
+    port = free_port()
+    argv = [PROJECT_PYTHON, str(BENCH / "floor_proxy.py"), "--port", str(port)]
+    argv += ["--backend", f"http://127.0.0.1:{backend.port}/mcp", *(["--json"] if reencode else [])]
+    return Service("floor-proxy", argv, port, "proxy", _log(target, "floor-proxy"))
+
+
 def _spec(
     name: str, description: str, *services: Service, era: Era = "legacy", echo: EchoTool = TEXT_ECHO
 ) -> TargetSpec:
@@ -236,6 +248,12 @@ def build_target(name: str, tmpdir: Path, sdk_json: bool) -> TargetSpec:
         be = _echo_http(name)
         description = "Switchboard (HTTP, stateless 2026-07-28 requests) -> echo_backend.py (HTTP)"
         return _spec(name, description, be, _switchboard(name, be, tmpdir), era="modern")
+    if name in ("python-floor", "python-floor-json"):
+        be = _echo_http(name)
+        reencode = name == "python-floor-json"
+        what = "decodes and re-encodes both bodies" if reencode else "passes bytes"
+        description = f"bench/floor_proxy.py (uvloop + httptools callbacks, {what}) -> echo_backend.py (HTTP)"
+        return _spec(name, description, be, _floor(name, be, reencode))
     if name == "supergateway":
         return _spec(
             name, "supergateway --stateful (Streamable HTTP) -> echo_backend.py --stdio (child)", _supergateway(name)
