@@ -29,6 +29,7 @@ from gateway.config_base import StrictModel as _Model
 from gateway.config_bus import BusConfig as BusConfig
 from gateway.config_mcpc import Mcpc as Mcpc
 from gateway.config_mgp import Mgp as Mgp
+from gateway.config_ops import Logging, Telemetry, Ui
 
 # Backend names appear inside tool names (NAME__tool) and resource URI schemes (NAME+file://...),
 # so they are restricted to what is safe in both: a lowercase DNS label.
@@ -371,6 +372,9 @@ class Config(_Model):
     mgp: Mgp = Field(default_factory=Mgp, description="MGP: the gateway as kernel toward backends (issue 12).")
     mcpc: Mcpc = Field(default_factory=Mcpc, description="MCPC: asynchronous task callbacks (issue 13).")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info")
+    logging: Logging = Field(default_factory=Logging, description="Log format and level (issue 16).")
+    telemetry: Telemetry = Field(default_factory=Telemetry, description="OpenTelemetry traces (issue 16).")
+    ui: Ui = Field(default_factory=Ui, description="The dashboard at /ui (issue 16).")
 
     @model_validator(mode="after")
     def _separator_vs_names(self) -> Config:
