@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 
 # One field per principal: replicas changing different principals at once never lose each other's.
 KEY = "admin:principals-by-name"
+# Where the first multi-replica release kept them, as one JSON object {name: config or null}; moved
+# into KEY by the first replica that starts on this release.
+LEGACY_KEY = "admin:principals"
 CHANNEL = "admin"
 _MALFORMED = "malformed"  # never a valid PrincipalConfig: skipped and logged by _apply
 
@@ -58,6 +61,7 @@ class SharedPrincipals:
         async with self._hello.reading():
             try:
                 stored = await self._maps.items(KEY)
+                stored = await self._migrate(stored)
             except Exception as exc:
                 log.warning("principals changed at runtime on other replicas are not known yet: %s", exc)
                 return
@@ -65,6 +69,30 @@ class SharedPrincipals:
                 for name, raw in stored.items():
                     self._apply(name, _loads_config(raw))
                 self._changed()
+
+    async def _migrate(self, stored: dict[str, bytes]) -> dict[str, bytes]:
+        """Move the changes a replica of the first multi-replica release stored as one JSON object
+        (``LEGACY_KEY``) into the map, one field each; a field the map already holds is newer and kept.
+        Idempotent, so replicas starting together may all do it."""
+        raw = await self._bus.get(LEGACY_KEY)
+        if raw is None:
+            return stored
+        try:
+            legacy = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            legacy = None
+        if not isinstance(legacy, dict):
+            log.warning("the stored principals of %s are malformed and were dropped", LEGACY_KEY)
+            await self._bus.delete(LEGACY_KEY)
+            return stored
+        merged = dict(stored)
+        for name, config in legacy.items():
+            if isinstance(name, str) and name not in merged:
+                merged[name] = orjson.dumps(config)
+                await self._maps.put(KEY, name, merged[name])
+        await self._bus.delete(LEGACY_KEY)
+        log.info("moved %d runtime principal change(s) from %s to %s", len(legacy), LEGACY_KEY, KEY)
+        return merged
 
     async def stop(self) -> None:
         if self._listener is not None:

@@ -14,15 +14,17 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 
 import httpx
+import orjson
 import pytest
 
 from gateway.app import build_app
 from gateway.bus import Bus
+from gateway.bus.maps import maps_for
 from gateway.bus.memory import MemoryBus
 from gateway.bus.redis import RedisBus
 from gateway.config import Config, PrincipalConfig
 from gateway.core import Gateway
-from gateway.replicas.principals import SharedPrincipals
+from gateway.replicas.principals import KEY, LEGACY_KEY, SharedPrincipals
 from policies.auth import PrincipalRegistry
 
 pytestmark = pytest.mark.timeout(60)
@@ -108,6 +110,37 @@ async def test_a_removal_heard_while_starting_is_not_undone_by_the_stored_state(
                 await eventually(knows(there, "token-0", want))
                 await asyncio.sleep(0.05)  # anything still in flight would land now
                 assert there.by_token("token-0") == want
+
+
+async def test_changes_stored_by_the_first_release_are_moved_into_the_map(redis_url: str, prefix: str) -> None:
+    """The first multi-replica release kept the changes as one JSON object under LEGACY_KEY: a replica
+    of this release moves them field by field (a field the map already holds is newer and wins),
+    applies them, and deletes the old key; a malformed old value is dropped, never applied."""
+    bus = RedisBus(redis_url, prefix)
+    await bus.start()
+    try:
+        await bus.set(LEGACY_KEY, orjson.dumps({"old": newbie(1).model_dump(), "both": newbie(2).model_dump()}))
+        await maps_for(bus).put(KEY, "both", orjson.dumps(newbie(3).model_dump()))
+        registry = PrincipalRegistry({})
+        principals = SharedPrincipals(bus, registry, lambda: None, "a")
+        try:
+            await principals.start()
+            assert registry.by_token("token-1") == "old"
+            assert registry.by_token("token-3") == "both" and registry.by_token("token-2") is None
+            assert await bus.get(LEGACY_KEY) is None
+            assert set(await maps_for(bus).items(KEY)) == {"old", "both"}
+        finally:
+            await principals.stop()
+        await bus.set(LEGACY_KEY, b"[not an object")
+        again = PrincipalRegistry({})
+        principals = SharedPrincipals(bus, again, lambda: None, "b")
+        try:
+            await principals.start()
+            assert await bus.get(LEGACY_KEY) is None and again.names() == ["both", "old"]
+        finally:
+            await principals.stop()
+    finally:
+        await bus.close()
 
 
 @contextlib.asynccontextmanager
