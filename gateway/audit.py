@@ -1,9 +1,12 @@
 """The audit stream: one record per decision, as JSON lines written off the event loop.
 
-``record()`` sits on the hot path (every admitted or refused request), so it only stamps the record,
-serializes it and hands it to a bounded queue; a background thread does the file I/O and the
-size-based rotation. When the writer falls behind, records are dropped and counted rather than
+``record()`` sits on the hot path (every admitted or refused request), so it only stamps the record
+and serializes it; the lines of one event-loop iteration go to the writer thread together, as one
+item of its queue, so the thread is woken (and takes the interpreter lock) once per iteration rather
+than once per record. The thread does the file I/O and the size-based rotation. The queue is bounded
+in records (``queue_size``): when the writer falls behind, records are dropped and counted rather than
 stalling the event loop: an audit trail with a counted gap beats a gateway that stops answering.
+Order is kept: iterations hand off in order, and ``flush()``/``close()`` hand off what is pending first.
 """
 
 from __future__ import annotations
@@ -135,12 +138,19 @@ class AuditLog:
         self._throttle = _Throttle()
         self._dropped_unreported = 0
         self._closed = False
-        self._queue: queue.Queue[bytes | threading.Event | _Stop] | None = None
+        self._queue: queue.Queue[list[bytes] | threading.Event | _Stop] | None = None
         self._thread: threading.Thread | None = None
+        # This iteration's lines, handed to the writer at its end (_hand_off); then the queue holds
+        # at most ``queue_size`` records: lines handed off minus lines the writer took, two counters
+        # each written by one thread only.
+        self._pending: list[bytes] = []
+        self._queue_size = queue_size
+        self._handed_off = 0
+        self._taken = 0
         if config.file:
             # Opened here so that an unwritable path fails at startup, not silently in the thread.
             self._out = _RotatingFile(config.file, config.max_bytes, config.backups)
-            self._queue = queue.Queue(queue_size)
+            self._queue = queue.Queue()
             self._thread = threading.Thread(target=self._run, name="switchboard-audit", daemon=True)
             self._thread.start()
 
@@ -158,23 +168,42 @@ class AuditLog:
                 counter = self._by_outcome[outcome] = self._metrics.audit_records.labels(outcome)
             counter.inc()
             if self._queue is not None:
-                self._enqueue(orjson.dumps(rec, default=str, option=_DUMPS_OPTIONS))
+                if self._closed:
+                    self._dropped(1)
+                else:
+                    self._pending.append(orjson.dumps(rec, default=str, option=_DUMPS_OPTIONS))
+                    if len(self._pending) == 1:
+                        self._hand_off_later()
             if self._listeners:
                 self._notify(rec)
         except Exception:
             if self._throttle.ready("record"):
                 log.exception("audit record (outcome %r) could not be emitted", outcome)
 
-    def _enqueue(self, line: bytes) -> None:
+    def _hand_off_later(self) -> None:
+        try:
+            asyncio.get_running_loop().call_soon(self._hand_off)
+        except RuntimeError:  # no loop running (a synchronous caller): at once
+            self._hand_off()
+
+    def _hand_off(self) -> None:
+        """Give the writer thread the lines recorded since the last hand-off, as one queue item."""
+        lines, self._pending = self._pending, []
+        if not lines:
+            return
         assert self._queue is not None
-        if not self._closed:
-            try:
-                self._queue.put_nowait(line)
+        room = 0 if self._closed else self._queue_size - (self._handed_off - self._taken)
+        if room > 0:
+            kept = lines if len(lines) <= room else lines[:room]
+            self._handed_off += len(kept)
+            self._queue.put_nowait(kept)  # an unbounded queue, bounded by the count above
+            if len(kept) == len(lines):
                 return
-            except queue.Full:
-                pass
-        self._metrics.audit_dropped.inc()
-        self._dropped_unreported += 1
+        self._dropped(len(lines) - max(room, 0))  # the newest ones
+
+    def _dropped(self, count: int) -> None:
+        self._metrics.audit_dropped.inc(count)
+        self._dropped_unreported += count
         if self._throttle.ready("dropped"):
             why = "the audit log is closed" if self._closed else "the audit writer cannot keep up"
             log.warning(
@@ -212,23 +241,19 @@ class AuditLog:
         """Wait until every record emitted so far is written; False if that took over ``timeout``."""
         if self._queue is None or self._closed:
             return True
+        self._hand_off()
         done = threading.Event()
 
-        def wait() -> bool:
-            assert self._queue is not None
-            try:
-                self._queue.put(done, timeout=timeout)
-            except queue.Full:
-                return False
-            return done.wait(timeout)
-
-        return await asyncio.to_thread(wait)
+        self._queue.put_nowait(done)  # after every line handed off so far: set once they are written
+        return await asyncio.to_thread(done.wait, timeout)
 
     async def close(self, timeout: float = 5.0) -> None:
         """Write what is queued and stop the writer, waiting ``timeout`` seconds at most.
         Records emitted afterwards still reach metrics and listeners; the file drops them."""
         if self._closed:
             return
+        if self._queue is not None:
+            self._hand_off()  # what was recorded before close() is written
         self._closed = True
         if self._thread is not None:
             await asyncio.to_thread(self._stop_writer, timeout)
@@ -236,10 +261,7 @@ class AuditLog:
     def _stop_writer(self, timeout: float) -> None:
         assert self._queue is not None and self._thread is not None
         deadline = time.monotonic() + timeout
-        try:
-            self._queue.put(_STOP, timeout=timeout)
-        except queue.Full:
-            pass
+        self._queue.put_nowait(_STOP)
         self._thread.join(max(0.0, deadline - time.monotonic()))
         if self._thread.is_alive():
             log.warning(
@@ -257,7 +279,7 @@ class AuditLog:
         try:
             while True:
                 batch = [q.get()] if not stopping else []
-                while len(batch) < _BATCH:
+                while len(batch) < _BATCH:  # items: each a hand-off of lines, or a flush or stop mark
                     try:
                         batch.append(q.get_nowait())
                     except queue.Empty:
@@ -272,8 +294,9 @@ class AuditLog:
                     elif isinstance(item, threading.Event):
                         flushed.append(item)
                     else:
-                        lines.append(item)
+                        lines += item
                 if lines:
+                    self._taken += len(lines)  # out of the queue (this thread's counter, see __init__)
                     self._write(lines)
                 for event in flushed:
                     event.set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import threading
@@ -135,12 +136,14 @@ async def test_a_full_queue_drops_and_counts_instead_of_blocking(
 
     audit._write = stalled_write  # type: ignore[method-assign]
     audit.record("allowed", n=0)
-    assert entered.wait(5)  # the writer holds record 0 and is stuck on the disk
+    await asyncio.sleep(0)  # the iteration ends: its lines go to the writer
+    assert await asyncio.to_thread(entered.wait, 5)  # the writer holds record 0 and is stuck on the disk
 
     caplog.set_level(logging.WARNING, logger="gateway.audit")
     started = time.perf_counter()
     for i in range(1, 26):  # 10 fit in the queue, 15 do not
         audit.record("allowed", n=i)
+    await asyncio.sleep(0)  # handed off at the end of the iteration: the newest 15 are dropped
     assert time.perf_counter() - started < 0.5
     assert sample(metrics, "switchboard_audit_dropped_total") == 15
     assert sample(metrics, "switchboard_audit_records_total", outcome="allowed") == 26
@@ -150,6 +153,32 @@ async def test_a_full_queue_drops_and_counts_instead_of_blocking(
     release.set()
     await audit.close()
     assert [r["n"] for r in lines(path)] == list(range(11))
+
+
+async def test_the_records_of_one_loop_iteration_reach_the_writer_together(tmp_path: Path) -> None:
+    """One queue item (one wake-up of the writer thread) per event-loop iteration, not per record."""
+    path = tmp_path / "audit.jsonl"
+    audit = AuditLog(AuditConfig(file=str(path)), Metrics())
+    entered, release = threading.Event(), threading.Event()
+    real_write = audit._write
+
+    def stalled_write(batch: list[bytes]) -> None:
+        entered.set()
+        release.wait(10)
+        real_write(batch)
+
+    audit._write = stalled_write  # type: ignore[method-assign]
+    audit.record("allowed", n=0)
+    await asyncio.sleep(0)
+    assert await asyncio.to_thread(entered.wait, 5)  # the writer is busy with record 0
+    for i in range(1, 101):
+        audit.record("allowed", n=i)
+    assert audit._queue is not None and audit._queue.qsize() == 0, "nothing handed off mid-iteration"
+    await asyncio.sleep(0)
+    assert audit._queue.qsize() == 1, "the iteration's 100 records are one item"
+    release.set()
+    await audit.close()
+    assert [r["n"] for r in lines(path)] == list(range(101)), "all of them, in order"
 
 
 async def test_listeners_receive_records_and_a_failing_one_is_kept_apart(caplog: pytest.LogCaptureFixture) -> None:
