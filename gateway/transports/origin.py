@@ -9,7 +9,10 @@ every HTTP request and WebSocket handshake, whatever the path (security review, 
   anything when bound elsewhere (a proxy in front decides), unless ``security.allowed_hosts`` says.
 - ``Origin``, when sent, must be allowed: by default ``http(s)://`` + a loopback name, any port.
   ``null`` (an opaque origin) is refused unless an operator lists the literal ``null``; ``*`` allows
-  every real origin but never ``null``.
+  every real origin but never ``null``. An Origin naming the request's own Host (``http(s)://`` +
+  the Host header) is same-origin and allowed too: the dashboard served at that address (gateway/ui/)
+  posts to it. This opens nothing: the Host itself passed the rule above, and a page whose name
+  was rebound to the gateway holds none of its credentials (bearer headers, never cookies).
 - A request with two ``Host`` or two ``Origin`` headers is refused: front proxies disagree on which
   one counts, and the disagreement is the attack.
 
@@ -106,6 +109,8 @@ class OriginGuard:
                 verdict = _remember(
                     self._origin_verdicts, raw, self._check_origin(raw.decode("latin-1").strip().lower())
                 )
+            if verdict is not None and hosts and _same_origin(raw, hosts[0]):
+                return None
             return verdict
         return None
 
@@ -126,6 +131,12 @@ class OriginGuard:
         if not self._match(f"{parts.scheme}://{parts.netloc}", self._real_origins):
             return 403, f"Invalid Origin header: {origin!r}"
         return None
+
+
+def _same_origin(origin: bytes, host: bytes) -> bool:
+    """Whether ``origin`` is ``http(s)://`` + the request's own ``host`` (compared case-insensitively)."""
+    value, host = origin.strip().lower(), host.strip().lower()
+    return bool(host) and value in (b"http://" + host, b"https://" + host)
 
 
 async def refuse(scope: Scope, send: Send, status: int, reason: str) -> None:
