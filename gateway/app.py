@@ -24,6 +24,7 @@ from gateway.transports.sse import LegacySseDoor
 from gateway.transports.streamable_http import StreamableHttpDoor
 from gateway.transports.streamable_http_modern import ModernExchange
 from gateway.transports.websocket import WebSocketDoor
+from gateway.ui import dashboard_for
 
 
 class _Asgi:
@@ -139,12 +140,18 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
     async def metrics(_request: Request) -> Response:
         return Response(gw.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    dashboard = dashboard_for(gw) if gw.config.ui.enabled else None  # the dashboard at /ui (gateway/ui/)
+
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         await gw.start()
+        if dashboard is not None:
+            await dashboard.start()
         try:
             yield
         finally:
+            if dashboard is not None:
+                await dashboard.stop()
             await gw.stop()
 
     any_method = ["GET", "POST", "DELETE", "PUT", "PATCH", "OPTIONS", "HEAD"]
@@ -161,6 +168,8 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
         registry=gw.mgp.registry,
         share_principal=gw.replicas.principals.share if gw.replicas.principals is not None else None,
         relay=gw.replicas.relay,
+        config=lambda: gw.config,
+        reload_status=gw.reload_status,
     )
     routes = [
         *admin.routes(),
@@ -188,6 +197,7 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
         Route("/healthz", healthz),
         Route("/readyz", readyz),
         Route("/metrics", metrics),
+        *(dashboard.routes() if dashboard is not None else ()),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.gateway = gw

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import orjson
 
+from gateway.clock import rfc3339_ms
 from gateway.config import AuditConfig
 from gateway.metrics import Metrics
 
@@ -46,21 +47,6 @@ class _Stop(enum.Enum):
 
 _STOP: Final = _Stop.STOP
 _DUMPS_OPTIONS = orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS
-
-
-# The last second formatted and its text (one strftime per second); replaced whole, so a reader in
-# another thread sees a matching pair.
-_second: tuple[int, str] = (-1, "")
-
-
-def rfc3339_ms(ts: float) -> str:
-    """``2026-11-22T10:04:05.123Z``: RFC 3339, UTC, milliseconds."""
-    global _second
-    secs, ms = divmod(int(ts * 1000), 1000)
-    cached = _second
-    if cached[0] != secs:
-        cached = _second = (secs, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)))
-    return f"{cached[1]}.{ms:03d}Z"
 
 
 class _Throttle:

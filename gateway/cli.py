@@ -1,17 +1,22 @@
-"""The ``switchboard`` command: ``run`` serves, ``check`` explains what is wrong with a config."""
+"""The ``switchboard`` command: ``run`` serves, ``check`` explains what is wrong with a config (``--probe``:
+and what its backends offer, gateway/probe.py), ``schema`` prints the config's JSON Schema."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway import __version__
 from gateway.config import Config, ConfigError, default_config, load_config
+from gateway.config_schema import schema_text
+from gateway.reload_status import config_changes, describe_issues
 
 if TYPE_CHECKING:
     from gateway.workers import WorkerRole
@@ -42,8 +47,29 @@ def _check(args: argparse.Namespace) -> int:
         print(f"error: {args.config}: {problem}", file=sys.stderr)
     if problems:
         return 1
+    if args.probe:
+        return _probe(config, args)
     print(f"{args.config}: ok ({len(config.backends)} backend(s), prefix mode {config.federation.prefix})")
     return 0
+
+
+def _probe(config: Config, args: argparse.Namespace) -> int:
+    """``check --probe``: connect to every backend (gateway/probe.py) and print what it found."""
+    from gateway.probe import probe
+
+    if not args.verbose:
+        # The gateway's own log lines (a backend down, a collision) are in the report already.
+        logging.basicConfig(level=logging.CRITICAL + 1)
+    else:
+        _log_to_stderr(config)
+    report = asyncio.run(probe(config, args.timeout))
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(f"{args.config}: valid; probed {len(report.backends)} backend(s) within {args.timeout:g}s each")
+        for line in report.lines():
+            print(line)
+    return 0 if report.ok else 1
 
 
 def static_problems(config: Config) -> list[str]:
@@ -82,6 +108,22 @@ def config_warnings(config: Config) -> list[str]:
     return warnings
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    return value
+
+
+def _schema(args: argparse.Namespace) -> int:
+    text = schema_text()
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def _load_or_report(path: str | None) -> Config | None:
     try:
         return _load(path)
@@ -92,11 +134,10 @@ def _load_or_report(path: str | None) -> Config | None:
 
 
 def _log_to_stderr(config: Config, who: str = "") -> None:
-    logging.basicConfig(
-        level=config.log_level.upper(),
-        format=f"%(asctime)s %(levelname)s {who}%(name)s: %(message)s",
-        stream=sys.stderr,  # stdout is for the listening banner, or for JSON-RPC with stdio
-    )
+    from gateway import logs
+
+    # stderr only: stdout is for the listening banner, or for JSON-RPC with stdio (gateway/logs.py).
+    logs.configure(config, who)
 
 
 def _run_loop(main: Any) -> int:
@@ -171,7 +212,7 @@ async def _serve(config: Config, config_path: str | None = None, role: WorkerRol
     from gateway.collector import tune_collector
     from gateway.transports.coalesce import CoalescingHttpToolsProtocol
     from gateway.transports.ws_server import SafeWebSocketProtocol
-    from gateway.workers import listening_socket, ready_server
+    from gateway.workers import gateway_server, listening_socket
 
     # A worker shares the port with its siblings (SO_REUSEPORT); a single process owns it.
     sock = listening_socket(config.listen.host, config.listen.port, reuse_port=role is not None)
@@ -182,7 +223,8 @@ async def _serve(config: Config, config_path: str | None = None, role: WorkerRol
     tune_collector()  # after the app is built: what it holds is frozen (gateway/collector.py)
     server_config = uvicorn.Config(
         app,
-        log_level=config.log_level,
+        log_level=config.logging.level or config.log_level,
+        log_config=None,  # uvicorn's lines go through gateway/logs.py's handler (text or JSON)
         access_log=False,
         proxy_headers=False,
         server_header=False,
@@ -195,12 +237,12 @@ async def _serve(config: Config, config_path: str | None = None, role: WorkerRol
     )
     background = []
     if role is None:
-        server = uvicorn.Server(server_config)
+        server = gateway_server(server_config)
         print(f"Switchboard {__version__} listening on {base}", flush=True)
         for line in front_doors(base, config):
             print(f"  {line}", flush=True)
     else:  # the supervisor prints the banner once for all workers
-        server = ready_server(server_config, role.announce_ready)
+        server = gateway_server(server_config, role.announce_ready)
 
         def supervisor_gone() -> None:
             server.should_exit = True  # as SIGTERM does: stop accepting, drain, stop the gateway
@@ -217,14 +259,15 @@ async def _serve(config: Config, config_path: str | None = None, role: WorkerRol
 
 
 async def _watch_config(gateway: Any, path: str, interval_s: float = 2.0) -> None:
-    """Reload on SIGHUP and when the file changes. A broken file is reported and ignored."""
+    """Reload on SIGHUP and when the file changes. A broken file is reported (one WARNING line, the
+    gateway's ``reload_status``, the reload metrics) and the running config stays."""
     import os
 
     loop = asyncio.get_running_loop()
     wake = asyncio.Event()
     with contextlib.suppress(NotImplementedError, RuntimeError):
         loop.add_signal_handler(signal.SIGHUP, wake.set)
-    log = logging.getLogger("switchboard.reload")
+    gateway.reload_status.source = path
 
     def stamp() -> float | None:
         try:
@@ -245,9 +288,36 @@ async def _watch_config(gateway: Any, path: str, interval_s: float = 2.0) -> Non
         try:
             new = await asyncio.to_thread(load_config, path)
         except ConfigError as exc:
-            log.error("config reload refused, keeping the running config:\n%s", exc)
+            _reload_refused(gateway, describe_issues(path, exc.issues))
             continue
+        reload_config(gateway, new, path)
+
+
+def reload_config(gateway: Any, new: Config, path: str) -> bool:
+    """Apply ``new`` (read from ``path``) to the running gateway, or refuse it and say why."""
+    # Judged where the gateway really listens (run --host/--port may override the file's listen).
+    problems = static_problems(new.model_copy(update={"listen": gateway.config.listen}))
+    if problems:
+        _reload_refused(gateway, f"{path}: {'; '.join(problems)}")
+        return False
+    before = gateway.config
+    try:
         gateway.reload(new)
+    except Exception as exc:  # the watcher must outlive any reload: it is the only way to fix the file live
+        _reload_refused(gateway, f"{path}: could not apply: {type(exc).__name__}: {exc}")
+        return False
+    changes = config_changes(before, new, gateway.config)
+    gateway.reload_status.applied(changes)
+    _reload_log.info("config reload of %s applied: %s", path, "; ".join(changes) or "no change")
+    return True
+
+
+_reload_log = logging.getLogger("switchboard.reload")
+
+
+def _reload_refused(gateway: Any, reason: str) -> None:
+    _reload_log.warning("config reload refused, keeping the running config: %s", reason)
+    gateway.reload_status.failed(reason)
 
 
 def _stdio(args: argparse.Namespace) -> int:
@@ -331,7 +401,20 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument(
         "--workers", type=parse_workers, metavar="N|auto", help="also check that `run --workers N` can use this config"
     )
+    check.add_argument("--probe", action="store_true", help="also connect to every backend and report what it offers")
+    check.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=10.0,
+        metavar="S",
+        help="--probe: longest wait for each backend to connect, and again for its lists (default 10)",
+    )
+    check.add_argument("--json", action="store_true", help="--probe: print the report as JSON")
+    check.add_argument("-v", "--verbose", action="store_true", help="--probe: show the gateway's log on stderr")
     check.set_defaults(func=_check)
+    schema = sub.add_parser("schema", help="print the JSON Schema of the config file (for editors and CI)")
+    schema.add_argument("-o", "--output", help="write it to this file instead of stdout")
+    schema.set_defaults(func=_schema)
     args = parser.parse_args(argv)
     return int(args.func(args))
 

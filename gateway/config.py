@@ -103,7 +103,11 @@ class Backend(_Model):
         "that they get what the backend offers only on its legacy path (sampling, elicitation as real "
         "requests). A backend that refuses the handshake is translated instead. false: always translate.",
     )
-    required: bool = Field(False, description="/readyz waits for this backend to be connected.")
+    required: bool = Field(
+        False,
+        description="/readyz waits for this backend to be connected; `switchboard check --probe` fails if it is "
+        "unreachable.",
+    )
     timeout_s: float = Field(300.0, gt=0, description="Longest a single request to this backend may take.")
     connect_timeout_s: float = Field(15.0, gt=0, description="Longest the connect + initialize may take.")
     restart: Restart = Field(default_factory=Restart)
@@ -296,7 +300,9 @@ class McpxTopic(_Model):
 class Mcpx(_Model):
     max_participants_per_topic: int = Field(1000, ge=1, description="Joins beyond this are refused (close 1013).")
     max_envelope_bytes: int = Field(1048576, ge=256, description="Larger envelopes get a system/error.")
-    rate_per_participant: McpxRate = Field(default_factory=McpxRate)
+    rate_per_participant: McpxRate = Field(
+        default_factory=McpxRate, description="Envelope rate limit of each participant (token bucket)."
+    )
     validate_kind: bool = Field(
         False, description="Also check the kind's METHOD/CONTEXT against the payload (MCPx §4.3, done by peers)."
     )
@@ -354,24 +360,44 @@ class Mcpl(_Model):
 
 
 class Config(_Model):
-    listen: Listen = Field(default_factory=Listen)
-    bus: BusConfig = Field(default_factory=BusConfig)
+    listen: Listen = Field(default_factory=Listen, description="Where the gateway listens (host and port).")
+    bus: BusConfig = Field(
+        default_factory=BusConfig,
+        description="How replicas share sessions, topics and counters: memory (one process) or redis.",
+    )
     auth: Auth | None = Field(
         None, description="Identity. Without it, anonymous callers have every capability on loopback only."
     )
-    principals: dict[str, PrincipalConfig] = Field(default_factory=dict)
-    rate_limits: RateLimits = Field(default_factory=RateLimits)
-    pinning: Pinning = Field(default_factory=Pinning)
-    audit: AuditConfig = Field(default_factory=AuditConfig)
-    backends: dict[BackendName, Backend] = Field(default_factory=dict)
-    federation: Federation = Field(default_factory=Federation)
-    security: Security = Field(default_factory=Security)
-    limits: Limits = Field(default_factory=Limits)
-    mcpx: Mcpx = Field(default_factory=Mcpx)
-    mcpl: Mcpl = Field(default_factory=Mcpl)
+    principals: dict[str, PrincipalConfig] = Field(
+        default_factory=dict, description="Known callers by name: their static tokens, capabilities and MCPL rules."
+    )
+    rate_limits: RateLimits = Field(
+        default_factory=RateLimits, description="Token buckets per principal and per (principal, tool)."
+    )
+    pinning: Pinning = Field(
+        default_factory=Pinning, description="Tool definition pinning: flag (or hide) tools whose definition changed."
+    )
+    audit: AuditConfig = Field(
+        default_factory=AuditConfig, description="The audit stream: a JSON-lines file of every decision."
+    )
+    backends: dict[BackendName, Backend] = Field(
+        default_factory=dict, description="The MCP servers behind the gateway, by name (a lowercase DNS label)."
+    )
+    federation: Federation = Field(
+        default_factory=Federation,
+        description="How several backends become one server: name prefixes, pages, list cache.",
+    )
+    security: Security = Field(default_factory=Security, description="Host and Origin checks (DNS-rebinding guard).")
+    limits: Limits = Field(default_factory=Limits, description="Sizes, queues, timeouts and concurrency bounds.")
+    mcpx: Mcpx = Field(default_factory=Mcpx, description="MCPx topics: participants, capabilities, envelope limits.")
+    mcpl: Mcpl = Field(
+        default_factory=Mcpl, description="MCPL: feature sets, scopes, hook order and timeouts, inference routing."
+    )
     mgp: Mgp = Field(default_factory=Mgp, description="MGP: the gateway as kernel toward backends (issue 12).")
     mcpc: Mcpc = Field(default_factory=Mcpc, description="MCPC: asynchronous task callbacks (issue 13).")
-    log_level: Literal["debug", "info", "warning", "error"] = Field("info")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="Least severe level logged (logging.level overrides it)."
+    )
     logging: Logging = Field(default_factory=Logging, description="Log format and level (issue 16).")
     telemetry: Telemetry = Field(default_factory=Telemetry, description="OpenTelemetry traces (issue 16).")
     ui: Ui = Field(default_factory=Ui, description="The dashboard at /ui (issue 16).")

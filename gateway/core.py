@@ -25,6 +25,7 @@ from gateway.mgp.access_store import BusAccessStore
 from gateway.mgp.assembly import assemble as assemble_mgp
 from gateway.mgp.lifecycle import Lifecycle
 from gateway.mrtr import Parking
+from gateway.reload_status import ReloadStatus
 from gateway.replicas.assembly import Replicas, replica_id
 from gateway.replicas.records import apply as apply_record, apply_mcpl, credentials_of, initialize_params
 from gateway.routing import Router
@@ -36,6 +37,8 @@ from gateway.routing.levels import BackendLevels
 from gateway.routing.subscriptions import Subscriptions
 from gateway.runtime_backends import RuntimeBackends
 from gateway.sessions import ClientSession, SessionStore
+from gateway.telemetry import server_observer, tracing_from_config
+from gateway.telemetry.observe import audit_tap
 from gateway.transports.http_common import Scope, header
 from gateway.upstreams import make_carrier
 from gateway.upstreams.affinity import EraAffinity, TwinEvents
@@ -69,6 +72,8 @@ class Gateway:
     def __init__(self, config: Config, bus: Bus | None = None) -> None:
         self.config = config
         self.metrics = Metrics()
+        self.tracing = tracing_from_config(config.telemetry, __version__)  # None: off (gateway/telemetry/)
+        self.reload_status = ReloadStatus(self.metrics)  # what the last config reload did (gateway/cli.py)
         self.bus = bus or bus_from_config(config.bus)
         # Redis away: replicas serve what they can locally (gateway/bus/), /metrics and /readyz say so.
         self.bus.on_health(lambda up, _problem: self.metrics.bus_up.set(1 if up else 0))
@@ -150,6 +155,7 @@ class Gateway:
             metrics=self.metrics,
             bus=self.bus,
             load=self.load,
+            tracing=self.tracing,
         )
         self.catalog = Catalog(self.connections, self.catalogs, self.pins, self.chain, self.metrics, config)
         self.subscriptions = Subscriptions(self.connections, self.sessions)
@@ -224,6 +230,8 @@ class Gateway:
                 self.affinity,
                 streams=self.mgp.streams,
                 mcpc=self.mcpc.calls,
+                metrics=self.metrics,
+                tracing=self.tracing,
             ),
             client_messages=self.client_messages,
             levels=levels,
@@ -235,6 +243,8 @@ class Gateway:
             identity=self.server_identity,
             audit=self.audit,
             metrics=self.metrics,
+            observer=server_observer(config, self.tracing),
+            audit_tap=audit_tap(self.tracing),
         )
         for method, handler in self.mgp.server.methods().items():
             self.router.register(method, handler)  # MGP operations, answered by the gateway itself
@@ -260,6 +270,7 @@ class Gateway:
             config.mcpx.max_participants_per_topic,
             tuple(config.mcpx.topics),
             bus=self.bus if config.bus.kind != "memory" else None,
+            tracing=self.tracing,
         )
         self.topic_backends = BackendParticipants(
             config.mcpx,
@@ -271,6 +282,7 @@ class Gateway:
             chain=self.chain,
             audit=self.audit,
             mcpc=self.mcpc.calls,
+            tracing=self.tracing,
         )
 
     def _new_connection(self, name: str, cfg: BackendConfig) -> BackendConnection:
@@ -332,6 +344,8 @@ class Gateway:
         await self.audit.close()
         await self.mgp_access_store.stop()
         await self.bus.close()
+        if self.tracing is not None:
+            await self.tracing.shutdown()  # the last spans are exported before the process ends
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         backends = {
@@ -360,6 +374,8 @@ class Gateway:
 
         The token is the Authorization header's, unless a door found it elsewhere (MCPx ``?token=``).
         """
+        if self.tracing is not None:  # the request's W3C trace context, for its server spans
+            self.tracing.note_http(header(scope, b"traceparent"), header(scope, b"tracestate"))
         if token is None:
             token = bearer_token(header(scope, b"authorization"))
         if token is not None and token.count(".") == 2:
@@ -441,8 +457,11 @@ class Gateway:
         Identity (auth, principals) applies at once, to live sessions too. Backends, listen address,
         bus and limits need a restart; they are reported, not half-applied.
         """
+        # The authenticator first: it may refuse the new auth section (a JWKS file that is missing),
+        # and a refusal must leave the running principals as they were.
+        authenticator = Authenticator(config.auth, self.principals)
         self.principals.replace(config.principals)
-        self.authenticator = Authenticator(config.auth, self.principals)
+        self.authenticator = authenticator
         self.config = self.config.model_copy(
             update={"auth": config.auth, "principals": config.principals, "mcpl": config.mcpl}
         )

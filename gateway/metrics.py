@@ -8,6 +8,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily
 
+from gateway.telemetry.durations import OperationDurations
+
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
@@ -130,6 +132,42 @@ class Metrics:
             ["hook"],
             registry=r,
         )
+
+        # Config reloads (gateway/reload_status.py): a refused file keeps the running config.
+        self.config_reloads = Counter(
+            "switchboard_config_reloads_total",
+            "Config reload attempts, by outcome (ok, failed).",
+            ["outcome"],
+            registry=r,
+        )
+        self.config_last_reload_success = Gauge(
+            "switchboard_config_last_reload_success",
+            "1 if the last config reload was applied (or none was tried yet), 0 if it was refused.",
+            registry=r,
+        )
+
+        # The MCP semantic conventions' operation durations (issue 16), observed on every call with or
+        # without OpenTelemetry: a light collector (gateway/telemetry/durations.py), not a Histogram.
+        self.mcp_server_duration = OperationDurations(
+            "mcp_server_operation_duration_seconds",
+            "MCP request duration as the gateway's clients see it (mcp.server.operation.duration).",
+            ["mcp_method_name", "error_type"],
+        )
+        self.mcp_client_duration = OperationDurations(
+            "mcp_client_operation_duration_seconds",
+            "Duration of the gateway's requests to its backends (mcp.client.operation.duration).",
+            ["mcp_method_name", "backend", "error_type"],
+        )
+        r.register(self.mcp_server_duration)
+        r.register(self.mcp_client_duration)
+
+    def observe_server(self, method: str, error_type: str, seconds: float) -> None:
+        """One client request answered (``method``: a known method or ``other``; ``error_type``: "" if ok)."""
+        self.mcp_server_duration.observe((method, error_type), seconds)
+
+    def observe_client(self, method: str, backend: str, error_type: str, seconds: float) -> None:
+        """One request to a backend answered (or failed)."""
+        self.mcp_client_duration.observe((method, backend, error_type), seconds)
 
     def watch_bus(self, stats: Callable[[], Mapping[str, int]]) -> None:
         """``switchboard_bus_degraded_total{kind}``: bus operations served locally while Redis was away."""

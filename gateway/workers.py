@@ -215,14 +215,26 @@ class WorkerRole:
             transport.close()
 
 
-def ready_server(config: Any, on_started: Callable[[], None]) -> Any:
-    """A uvicorn.Server that calls ``on_started`` once it accepts connections (the app has started)."""
+def gateway_server(config: Any, on_started: Callable[[], None] | None = None) -> Any:
+    """The uvicorn.Server that serves the gateway (one process, or one worker).
+
+    A SIGTERM drains like uvicorn's and then the process exits 0: uvicorn raises the signal again
+    once it has shut down, so a process that stopped cleanly died by SIGTERM (exit 143), which
+    Kubernetes reports as an error and a process manager as a crash. SIGINT keeps uvicorn's
+    behaviour (a second Ctrl-C forces the exit). With ``on_started``, it is called once the server
+    accepts connections (the app has started)."""
     import uvicorn
 
     class _Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if sig == signal.SIGTERM:
+                self.should_exit = True  # drained, then a normal return: not re-raised
+                return
+            super().handle_exit(sig, frame)
+
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets)
-            if self.started and not self.should_exit:
+            if self.started and not self.should_exit and on_started is not None:
                 on_started()
 
     return _Server(config)

@@ -29,7 +29,7 @@ from typing import Any
 
 from adapters import mcpl
 from gateway import jsonrpc
-from gateway.audit import rfc3339_ms
+from gateway.clock import rfc3339_ms
 from gateway.mcpl.directory import McplDirectory
 from gateway.mcpl.plumbing import McplAudit, Peers, announce_feature_sets, backend_principal, backend_request
 from gateway.mcpl.state import RelayState, exposed

@@ -16,10 +16,12 @@ from gateway.mcpl.state import RelayState, exposed
 from gateway.metrics import Metrics
 from gateway.routing.call import CallSink
 from gateway.sessions import ClientSession
+from gateway.telemetry.conventions import error_type_of, error_type_of_exception
 from policies.patterns import CapabilitySet
 from policies.principal import Principal
 
 if TYPE_CHECKING:
+    from gateway.telemetry.observe import Tracing
     from gateway.upstreams.connection import BackendConnection
 
 
@@ -116,9 +118,12 @@ class McplAudit:
 class Peers:
     """Requests to one backend, and to one host session on the right stream."""
 
-    def __init__(self, state: RelayState, connections: Mapping[str, BackendConnection]) -> None:
+    def __init__(
+        self, state: RelayState, connections: Mapping[str, BackendConnection], tracing: Tracing | None = None
+    ) -> None:
         self._state = state
         self._connections = connections
+        self._tracing = tracing
 
     def connection(self, backend: str) -> BackendConnection:
         return self._connections[backend]
@@ -136,7 +141,17 @@ class Peers:
             raise jsonrpc.RpcError(
                 jsonrpc.BACKEND_UNAVAILABLE, f"backend {backend} is unavailable: {conn.last_error or conn.state}"
             )
-        response = await conn.request(method, params, timeout=timeout)
+        if self._tracing is None:
+            response = await conn.request(method, params, timeout=timeout)
+        else:
+            # A hook, channel or rollback request is a CLIENT span under the host's request.
+            span, params = self._tracing.client(backend, conn, method, params)
+            try:
+                response = await conn.request(method, params, timeout=timeout)
+            except BaseException as exc:
+                span.end(error_type_of_exception(exc))
+                raise
+            span.end(error_type_of(response))
         return {k: v for k, v in response.items() if k != "id"}
 
     @staticmethod

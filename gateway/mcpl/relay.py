@@ -41,6 +41,7 @@ from policies.scopes import SCOPES_POLICY, ScopedCallFacts, ScopeRules, merge_fo
 
 if TYPE_CHECKING:
     from gateway.config import Mcpl
+    from gateway.telemetry.observe import Tracing
     from gateway.upstreams.connection import BackendConnection
 
 log = logging.getLogger(__name__)
@@ -70,12 +71,13 @@ class McplRelay:
         metrics: Metrics,
         bus: Bus,
         load: LoadPolicy,
+        tracing: Tracing | None = None,
     ) -> None:
         state = self._state = RelayState(config)
         self._load = load
         self._connections = connections
         self._dir = McplDirectory(state, sessions, principals)
-        self._peers = Peers(state, connections)
+        self._peers = Peers(state, connections, tracing)  # tracing: a CLIENT span per backend request
         self._audit = McplAudit(audit, metrics)
         self._requests = ServerRequests(state, self._dir, self._peers, chain, self._audit, bus, metrics)
         self._channels = ChannelRouter(state, self._dir, self._peers, chain, self._audit, self._requests.check_tag)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from adapters import mcpx
 from gateway import jsonrpc
 from gateway.mcpx.hub import JoinRefused, Participant
+from gateway.telemetry.conventions import error_type_of, error_type_of_exception
 from policies.chain import Target
 from policies.patterns import CapabilitySet
 from policies.principal import Principal
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from gateway.mcpc.calls import McpcCalls
     from gateway.mcpx.hub import TopicHub
     from gateway.routing.catalog import Catalog
+    from gateway.telemetry.observe import ClientSpan, Tracing
     from gateway.upstreams.connection import BackendConnection
     from policies.chain import PolicyChain
 
@@ -66,9 +68,11 @@ class BackendParticipants:
         chain: PolicyChain,
         audit: AuditLog,
         mcpc: McpcCalls | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         """``catalog`` merges a backend's tools through ``views`` (one single-backend view per
-        name); ``catalogs`` are the backends' own, read for pinned definitions and list changes."""
+        name); ``catalogs`` are the backends' own, read for pinned definitions and list changes.
+        ``tracing``: a CLIENT span per call, under the envelope's span (gateway/telemetry/); None: off."""
         self._cfg = config
         self._max_inflight = config.max_inflight_per_backend
         self._topics = topics
@@ -79,6 +83,7 @@ class BackendParticipants:
         self._chain = chain
         self._audit = audit
         self._mcpc = mcpc  # an MCPC backend's task is held to its end (gateway/mcpc/calls.py)
+        self._tracing = tracing
         self._tasks: set[asyncio.Task[None]] = set()
         self._inflight: dict[tuple[str, str], int] = {}
 
@@ -205,15 +210,27 @@ class BackendParticipants:
             conn = self._connections[name]
             # Progress and log lines of the call go to the requester, as MCP notification envelopes.
             sink = _RequesterSink(self._topics, topic, name, envelope)
+            params = params if isinstance(params, dict) else None
+            span: ClientSpan | None = None
+            if self._tracing is not None:
+                span, params = self._tracing.client(name, conn, method, params)
+            error_type = ""
             try:
-                if method == "tools/call" and self._mcpc is not None and isinstance(params, dict):
+                if method == "tools/call" and self._mcpc is not None and params is not None:
                     caller = f"mcpx:{topic}:{envelope.get('from')}"
                     response = await self._mcpc.request(conn, params, sink, caller)
                 else:
-                    response = await conn.request(method, params if isinstance(params, dict) else None, sink)
-            except jsonrpc.RpcError as exc:
-                self._answer(topic, name, envelope, error=(exc.code, exc.message))
-                return
+                    response = await conn.request(method, params, sink)
+                error_type = error_type_of(response)
+            except BaseException as exc:
+                error_type = error_type_of_exception(exc)
+                if isinstance(exc, jsonrpc.RpcError):
+                    self._answer(topic, name, envelope, error=(exc.code, exc.message))
+                    return
+                raise
+            finally:
+                if span is not None:
+                    span.end(error_type)
             self._audit.record(
                 "allowed", transport="mcpx", principal=envelope.get("from"), topic=topic, action=envelope["kind"]
             )

@@ -31,6 +31,7 @@ from policies.patterns import CapabilitySet
 if TYPE_CHECKING:
     from gateway.bus.base import Bus
     from gateway.mcpx.registry import Entry
+    from gateway.telemetry.observe import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,10 @@ Mode = Literal["all", "directed"]
 Deliver = Callable[[dict[str, Any], str], bool]
 
 _PROPOSALS_KEPT = 4096  # proposals remembered per topic, to send fulfilment responses to proposers
+
+
+# An admitted envelope routed by this replica: (topic, sender, envelope, how many here received it).
+EnvelopeWatcher = Callable[[str, str, dict[str, Any], int], None]
 
 
 class JoinRefused(Exception):
@@ -99,13 +104,17 @@ class TopicHub:
         configured: tuple[str, ...] = (),
         bus: Bus | None = None,
         ttl_s: float = DEFAULT_TTL_S,
+        tracing: Tracing | None = None,
     ) -> None:
-        """``bus``: a bus shared with other replicas (topics span them); None for one replica."""
+        """``bus``: a bus shared with other replicas (topics span them); None for one replica.
+        ``tracing``: a span per routed envelope (gateway/telemetry/); None: off."""
         self._max = max_participants
         self._configured = frozenset(configured)
         self._topics: dict[str, Topic] = {name: Topic(name, True) for name in configured}
         self.delivered = 0  # envelopes handed to recipients, for metrics and the benchmark
         self.span = ReplicaSpan(self, bus, ttl_s) if bus is not None else None
+        self._tracing = tracing
+        self._watchers: tuple[EnvelopeWatcher, ...] = ()  # the dashboard's live events, while watched
 
     @property
     def shared(self) -> bool:
@@ -283,10 +292,30 @@ class TopicHub:
         """Deliver an admitted envelope; returns how many received it. The sender never gets it back.
         With a shared bus, the other replicas deliver it to theirs."""
         text = raw if raw is not None else orjson.dumps(envelope).decode()
-        count = self.relay(topic, sender, envelope, text)
-        if self.span is not None:
-            self.span.routed(topic, sender, text)
+        if self._tracing is None:
+            count = self.relay(topic, sender, envelope, text)
+            if self.span is not None:
+                self.span.routed(topic, sender, text)
+        else:
+            traced, count = self._tracing.envelope(topic.name, sender, envelope), 0
+            try:
+                count = self.relay(topic, sender, envelope, text)
+                if self.span is not None:
+                    self.span.routed(topic, sender, text)
+            finally:
+                traced.end(count)  # the envelope's span is current until then (gateway/telemetry/otel.py)
+        if self._watchers:
+            for watcher in self._watchers:
+                watcher(topic.name, sender, envelope, count)
         return count
+
+    def watch(self, watcher: EnvelopeWatcher) -> None:
+        """Call ``watcher(topic, sender, envelope, recipients here)`` for every envelope routed from this
+        replica from now on. It runs in ``route`` on the event loop: it must not block nor raise."""
+        self._watchers = (*self._watchers, watcher)
+
+    def unwatch(self, watcher: EnvelopeWatcher) -> None:
+        self._watchers = tuple(w for w in self._watchers if w != watcher)
 
     def relay(self, topic: Topic, sender: str, envelope: dict[str, Any], raw: str | None = None) -> int:
         """Deliver to this replica's participants only (what ``route`` does here, and what it asks of

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 from adapters.mgp import audit_event, names
 from gateway import jsonrpc
-from gateway.audit import rfc3339_ms
+from gateway.clock import rfc3339_ms
 from gateway.routing.call import Call, Routed
 
 if TYPE_CHECKING:

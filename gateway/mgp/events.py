@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 from adapters.mgp import names
 from gateway import jsonrpc
-from gateway.audit import rfc3339_ms
+from gateway.clock import rfc3339_ms
 from gateway.errors import MgpCode, mgp_error_data
 from gateway.mgp.audit_stream import visible
 from gateway.mgp.lifecycle import GATEWAY_ID

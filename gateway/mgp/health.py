@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from adapters.mgp import versions
 from gateway import jsonrpc
-from gateway.audit import rfc3339_ms
+from gateway.clock import rfc3339_ms
 from gateway.errors import MgpCode, mgp_error_data
 from gateway.mgp.lifecycle import GATEWAY_ID, Lifecycle
 from gateway.routing.call import Call, Handler, Routed

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from adapters.mgp import names
 from gateway import jsonrpc
-from gateway.audit import rfc3339_ms
+from gateway.clock import rfc3339_ms
 
 if TYPE_CHECKING:
     from gateway.mgp.news import MgpNews

@@ -12,11 +12,14 @@ negotiate MGP, §2.4); an MGP client's call is prepared, and served as a stream 
 gateway/mgp/streaming.py (MGP §12) — the only extra step of a plain client's call is one check.
 A ``tools/call`` that involves MCPC (a backend that speaks it, or an MCPC client's call) is planned
 and settled by gateway/mcpc/calls.py: held until its task ends, answered with ``created`` and
-callbacks, or run by the gateway as a task.
+callbacks, or run by the gateway as a task. Every call is timed (``mcp.client.operation.duration``);
+with tracing on it is a CLIENT span whose W3C context goes to the backend in ``params._meta`` (and
+in the HTTP headers of an HTTP backend's request), gateway/telemetry/.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -26,12 +29,15 @@ from gateway.channels import Channel
 from gateway.federation import rewrite_result
 from gateway.routing.call import Call, CallSink, PolicyDenied, Routed
 from gateway.routing.catalog import STARTUP_GRACE_S
+from gateway.telemetry.conventions import error_type_of, error_type_of_exception
 
 if TYPE_CHECKING:
     from gateway.eras import EraBridge
     from gateway.mcpc.calls import McpcCalls, Plan
+    from gateway.metrics import Metrics
     from gateway.mgp.streaming import StreamedCall, Streams
     from gateway.sessions import ClientSession
+    from gateway.telemetry.observe import ClientSpan, Tracing
     from gateway.upstreams.affinity import EraAffinity
     from gateway.upstreams.connection import BackendConnection
     from policies.load import LoadPolicy
@@ -76,6 +82,14 @@ def finish(
     return {"jsonrpc": "2.0", "id": client_id, "error": error if isinstance(error, dict) else {}}
 
 
+# Methods forwarded by name (router.py); anything else reached a backend untouched and is "other"
+# in the duration metric, whose label values stay few whatever clients send.
+_METRIC_METHODS = frozenset(
+    {"tools/call", "prompts/get", "resources/read", "resources/subscribe", "resources/unsubscribe"}
+    | {"completion/complete"}
+)
+
+
 class Forwarder:
     def __init__(
         self,
@@ -85,6 +99,8 @@ class Forwarder:
         affinity: EraAffinity,
         streams: Streams | None = None,
         mcpc: McpcCalls | None = None,
+        metrics: Metrics | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self._connections = connections
         self._load = load
@@ -92,6 +108,8 @@ class Forwarder:
         self._affinity = affinity
         self._streams = streams  # MGP §12 (gateway/mgp/streaming.py): an MGP client's calls only
         self._mcpc = mcpc  # MCPC tasks (gateway/mcpc/calls.py): calls that involve MCPC only
+        self._metrics = metrics  # mcp.client.operation.duration
+        self._tracing = tracing  # a CLIENT span per call, its context in _meta and HTTP headers (or None)
 
     async def forward(self, call: Call, backend: str, params: dict[str, Any] | None) -> Routed:
         session, event = call.session, call.event
@@ -130,9 +148,33 @@ class Forwarder:
                     return mcpc.run(call, plan, params, send)
                 mcpc.forget(plan)  # an MGP stream is its own way of reporting progress
                 plan = None
+        span: ClientSpan | None = None
+        if self._tracing is not None:
+            span, params = self._tracing.client(backend, conn, method, params)
         answer = self._send(call, conn, backend, method, params, sink)
-        if stream is None and plan is None:
-            return Routed(await answer, backend)
+        if stream is not None or plan is not None:
+            answer = self._settle(call, answer, stream, plan)
+        started = time.perf_counter()
+        try:
+            response = await answer
+        except BaseException as exc:
+            error_type = error_type_of_exception(exc)
+            raise
+        else:
+            error_type = error_type_of(response)
+        finally:
+            if self._metrics is not None:
+                label = method if method in _METRIC_METHODS else "other"
+                self._metrics.observe_client(label, backend, error_type, time.perf_counter() - started)
+            if span is not None:
+                span.end(error_type)
+        return Routed(response, backend)
+
+    async def _settle(
+        self, call: Call, answer: Awaitable[dict[str, Any]], stream: StreamedCall | None, plan: Plan | None
+    ) -> dict[str, Any]:
+        """The answer of a call that an MGP stream (§12) or an MCPC task follows to its end."""
+        mcpc = self._mcpc
         try:
             response = await answer
             if plan is not None:
@@ -148,9 +190,9 @@ class Forwarder:
                 assert self._streams is not None  # only it makes streams
                 self._streams.end(stream)
         if stream is None:
-            return Routed(response, backend)
+            return response
         assert self._streams is not None
-        return Routed(self._streams.complete(stream, response), backend)
+        return self._streams.complete(stream, response)
 
     def _send(
         self,

@@ -8,7 +8,9 @@ is gateway/routing/forwarding.py; what backends send on their own is backend_eve
 
 Invariants: every request gets exactly one answer; every decision, allowed or not, is one audit
 record and one metrics observation; a session's requests are held to the principal of the
-credential each presents.
+credential each presents. Telemetry (gateway/telemetry/) watches from two places only, each one
+attribute check when off: around :meth:`Router.handle` (spans, log context) and after each audit
+record (the access log).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from adapters.mgp import names as mgp_names
 from gateway import jsonrpc
 from gateway.federation import LIST_METHODS, ListKind, View
 from gateway.routing.call import Call, Handler, PolicyDenied, Routed
+from gateway.telemetry.conventions import error_type_of
 from policies.chain import Target
 
 if TYPE_CHECKING:
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
     from gateway.routing.levels import BackendLevels
     from gateway.routing.subscriptions import Subscriptions
     from gateway.sessions import ClientSession, SessionStore
+    from gateway.telemetry.observe import AuditTap, ServerObserver
     from policies.chain import PolicyChain
     from policies.principal import Principal
 
@@ -90,7 +94,11 @@ class Router:
         identity: Identity,
         audit: AuditLog,
         metrics: Metrics,
+        observer: ServerObserver | None = None,
+        audit_tap: AuditTap | None = None,
     ) -> None:
+        """``observer``: traces or log context around each client message; ``audit_tap``: the access
+        log and span annotations after each audit record (gateway/telemetry/; None: off, one check)."""
         self._chain = chain
         self._catalog = catalog
         self._subscriptions = subscriptions
@@ -105,6 +113,8 @@ class Router:
         self._identity = identity
         self._audit = audit
         self._metrics = metrics
+        self._observer = observer
+        self._tap = audit_tap
         self._handlers: dict[str, Handler] = {
             "initialize": self._initialize,
             "ping": self._ping,
@@ -156,7 +166,11 @@ class Router:
                 session.codec = codecs.DRAFT
             if alias in mcp_draft.LOCAL_METHODS:
                 return self._draft_lifecycle(session, message, alias, channel)
-        response = await self._handle(session, message, shape, channel, principal or session.principal)
+        if self._observer is None:
+            response = await self._handle(session, message, shape, channel, principal or session.principal)
+        else:
+            handled = self._handle(session, message, shape, channel, principal or session.principal)
+            response = await self._observer.serve(session, message, handled)
         if draft_ack is not None:
             return jsonrpc.result(draft_ack, {})  # the draft acknowledges a cancel sent as a request
         if alias is not None and response is not None:
@@ -189,11 +203,13 @@ class Router:
         started = time.perf_counter()
         decision = await self._chain.admit(event, principal)
         if not decision.allowed:
-            self._metrics.observe_request(self._metric_method(event.method), "gateway", decision.outcome, None)
+            method = self._metric_method(event.method)
+            self._metrics.observe_request(method, "gateway", decision.outcome, None)
             self.audit(session, event, decision.outcome, "gateway", started, decision.reason)
             if shape is jsonrpc.Shape.NOTIFICATION:
                 log.info("dropped notification %s: %s", event.method, decision.reason)
                 return None
+            self._metrics.observe_server(method, str(decision.code), time.perf_counter() - started)
             refused = jsonrpc.error(event.rpc_id, decision.code, decision.reason, decision.data)
             return refused if session.mgp is None else self._mgp.own_error(refused)
         if shape is jsonrpc.Shape.NOTIFICATION:
@@ -220,9 +236,10 @@ class Router:
             outcome = _OUTCOME_OF_CODE.get(exc.code, "error")
             if session.mgp is not None:
                 response = self._mgp.own_error(response)
-        self._metrics.observe_request(
-            self._metric_method(event.method), backend, outcome, time.perf_counter() - started
-        )
+        method = self._metric_method(event.method)
+        seconds = time.perf_counter() - started
+        self._metrics.observe_request(method, backend, outcome, seconds)
+        self._metrics.observe_server(method, error_type_of(response), seconds)
         self.audit(session, event, decided, backend, started, reason, result=outcome)
         return response
 
@@ -236,7 +253,9 @@ class Router:
         reason: str | None = None,
         result: str | None = None,
     ) -> None:
-        """One audit record per decision (the MGP adapter re-emits these as notifications/mgp.audit)."""
+        """One audit record per decision (the MGP adapter re-emits these as notifications/mgp.audit),
+        and with it the access log line and the span's decision (``audit_tap``, when on)."""
+        latency_ms = round((time.perf_counter() - started) * 1000, 3)
         self._audit.record(
             outcome,
             principal=session.principal.name,
@@ -246,10 +265,12 @@ class Router:
             backend=backend,
             session=session.id[:8],
             trace_id=event.trace_id or event.id,
-            latency_ms=round((time.perf_counter() - started) * 1000, 3),
+            latency_ms=latency_ms,
             **({"reason": reason} if reason else {}),
             **({"result": result} if result else {}),
         )
+        if self._tap is not None:
+            self._tap(session, event, outcome, backend, latency_ms, reason, result)
 
     @staticmethod
     def _metric_method(method: str | None) -> str:

@@ -22,6 +22,7 @@ import orjson
 
 from gateway import jsonrpc, sse
 from gateway.sse import SSEParser
+from gateway.telemetry.context import OUTGOING_HTTP
 from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
 from gateway.upstreams.httpclient import ConnectError, ConnectionPool, HttpError, encode_headers, target_of
 
@@ -117,6 +118,9 @@ class HttpCarrier(Carrier):
     async def _exchange(self, message: dict[str, Any], body: bytes, headers: Mapping[str, str] | None) -> None:
         assert self._pool and self._inbound
         rpc_id = message["id"]
+        trace = OUTGOING_HTTP.get()  # the CLIENT span's traceparent while tracing is on (gateway/telemetry/)
+        if trace is not None:
+            headers = {**headers, **trace} if headers else trace
         block = self._header_block() + encode_headers(headers) if headers else self._header_block()
         response = await self._pool.request("POST", self._target, block, body)
         draining = False

@@ -298,8 +298,9 @@ def test_a_real_gateway_exits_within_the_drain_after_sigterm() -> None:
         gateway.proc.send_signal(signal.SIGTERM)
         returncode = gateway.proc.wait(timeout=drain["gatewayDrainSeconds"] + drain["marginSeconds"])
         took = time.monotonic() - started
-    # uvicorn re-raises the signal after a clean shutdown (exit status 143 in Kubernetes terms)
-    assert returncode in (0, -signal.SIGTERM), gateway.log()
+    # 0, not death by the signal (143, which Kubernetes reports as an error): uvicorn raises the signal
+    # again after a clean shutdown, which gateway/workers.py's server does not (for SIGTERM).
+    assert returncode == 0, gateway.log()
     assert "Application shutdown complete" in gateway.log()
     assert took <= drain["gatewayDrainSeconds"], f"took {took:.1f} s"
 

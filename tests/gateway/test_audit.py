@@ -13,7 +13,8 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.audit import AuditLog, rfc3339_ms
+from gateway.audit import AuditLog
+from gateway.clock import rfc3339_ms
 from gateway.config import AuditConfig
 from gateway.metrics import Metrics
 
@@ -24,6 +25,20 @@ def sample(metrics: Metrics, name: str, **labels: str) -> float:
 
 def lines(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def stall(audit: AuditLog) -> tuple[threading.Event, threading.Event]:
+    """Make the writer thread stop on its next write: (entered: it is stuck there, release: let it go on)."""
+    entered, release = threading.Event(), threading.Event()
+    real_write = audit._write
+
+    def stalled_write(batch: list[bytes]) -> None:
+        entered.set()
+        release.wait(10)
+        real_write(batch)
+
+    audit._write = stalled_write  # type: ignore[method-assign]
+    return entered, release
 
 
 def names(directory: Path) -> list[str]:
@@ -126,15 +141,7 @@ async def test_a_full_queue_drops_and_counts_instead_of_blocking(
     path = tmp_path / "audit.jsonl"
     metrics = Metrics()
     audit = AuditLog(AuditConfig(file=str(path)), metrics, queue_size=10)
-    entered, release = threading.Event(), threading.Event()
-    real_write = audit._write
-
-    def stalled_write(batch: list[bytes]) -> None:
-        entered.set()
-        release.wait(10)
-        real_write(batch)
-
-    audit._write = stalled_write  # type: ignore[method-assign]
+    entered, release = stall(audit)
     audit.record("allowed", n=0)
     await asyncio.sleep(0)  # the iteration ends: its lines go to the writer
     assert await asyncio.to_thread(entered.wait, 5)  # the writer holds record 0 and is stuck on the disk
@@ -159,15 +166,7 @@ async def test_the_records_of_one_loop_iteration_reach_the_writer_together(tmp_p
     """One queue item (one wake-up of the writer thread) per event-loop iteration, not per record."""
     path = tmp_path / "audit.jsonl"
     audit = AuditLog(AuditConfig(file=str(path)), Metrics())
-    entered, release = threading.Event(), threading.Event()
-    real_write = audit._write
-
-    def stalled_write(batch: list[bytes]) -> None:
-        entered.set()
-        release.wait(10)
-        real_write(batch)
-
-    audit._write = stalled_write  # type: ignore[method-assign]
+    entered, release = stall(audit)
     audit.record("allowed", n=0)
     await asyncio.sleep(0)
     assert await asyncio.to_thread(entered.wait, 5)  # the writer is busy with record 0

@@ -17,6 +17,7 @@ import uvicorn
 
 from gateway.config import Config
 from gateway.core import Gateway
+from tests.raw_asgi import read_body
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -34,12 +35,7 @@ class RecordingBackend:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         if scope["method"] != "POST":
             await send({"type": "http.response.start", "status": 405, "headers": []})
             await send({"type": "http.response.body", "body": b""})

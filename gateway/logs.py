@@ -1,0 +1,194 @@
+"""The gateway's own log lines: ``logging: {format: text|json, level}``, written off the event loop.
+
+``text`` is one readable line per record (``time LEVEL [worker] logger: message``). ``json`` is one
+JSON object per line with ``ts`` (RFC 3339, UTC, ms), ``level``, ``logger``, ``message`` and, when
+the line was written for a client request, ``trace_id``, ``span_id`` and ``session_id`` (from the
+request's context, gateway/telemetry/context.py); access lines (logger ``switchboard.access``, one
+per client request, gateway/telemetry/observe.py) add their fields (method, backend, outcome,
+duration_ms, principal, session). ``logging.level`` null means the top-level ``log_level``.
+
+Invariants: a record is turned into its final text, request ids included, in the thread that
+logged it (the request's context lives there), then appended to a bounded deque; one thread writes
+it to stderr (at once, or every 0.2 s while lines come by the hundred), so a slow stderr never
+blocks the event loop. When 10,000
+lines wait, a new one is dropped and counted (said once on stderr at exit) rather than waiting.
+stdout is never written to (it carries the listening banner, or JSON-RPC for the stdio door).
+uvicorn's access log stays off.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import sys
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, TextIO
+
+import orjson
+
+from gateway.clock import rfc3339_ms
+from gateway.telemetry.context import LOG_IDS
+
+if TYPE_CHECKING:
+    from gateway.config import Config
+
+QUEUE_SIZE = 10_000
+_BUSY = 64  # lines found at one wake-up that say the gateway logs fast (an access line per request)
+_LINGER_S = 0.2  # then, how long the writer lets lines gather before the next write
+_TEXT_FORMAT = "%(asctime)s %(levelname)s {who}%(name)s: %(message)s"
+# Attributes every LogRecord has: whatever else a record carries came from ``extra=``.
+_STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record; the request ids come from the context of the thread that formats."""
+
+    def __init__(self, who: str = "") -> None:
+        super().__init__()
+        self._who = who.strip().strip("[]") or None
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": rfc3339_ms(record.created),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if self._who is not None:
+            line["worker"] = self._who
+        ids = LOG_IDS.get()  # formatted in the thread that logged (_Handoff.emit): its context
+        if ids is not None:
+            if ids.trace_id is not None:
+                line["trace_id"] = ids.trace_id
+            if ids.span_id is not None:
+                line["span_id"] = ids.span_id
+            if ids.session_id is not None:
+                line["session_id"] = ids.session_id
+        access = getattr(record, "access", None)
+        if isinstance(access, dict):
+            line.update((k, v) for k, v in access.items() if k not in line)
+        for key, value in record.__dict__.items():
+            if key not in _STANDARD and key != "access" and key not in line:
+                line[key] = value
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            line["stack"] = self.formatStack(record.stack_info)
+        return orjson.dumps(line, default=str).decode()
+
+
+class _Handoff(logging.Handler):
+    """Formats in the caller's thread (the request's context lives there) and hands the text over."""
+
+    def __init__(self, lines: deque[str], wake: threading.Event) -> None:
+        super().__init__()
+        self._lines = lines
+        self._wake = wake
+        self.pending = False  # the writer was woken and has not taken the lines yet
+        self.dropped = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record)
+        except Exception:
+            self.handleError(record)
+            return
+        if len(self._lines) >= QUEUE_SIZE:
+            self.dropped += 1  # stderr is behind: a gap beats a stalled event loop
+            return
+        self._lines.append(text)  # deque.append is atomic: no lock
+        if not self.pending:  # only the first line after the writer emptied the deque wakes it
+            self.pending = True
+            self._wake.set()
+
+
+class _Writer(threading.Thread):
+    """Writes what gathered when woken. A line after a quiet spell is written at once; when many came
+    (``_BUSY``), the next ones gather for ``_LINGER_S``, so a busy gateway wakes this thread about 5
+    times a second, not once per line (each wake-up, a GIL hand-over, slows the event loop's thread
+    more than a line costs)."""
+
+    def __init__(self, lines: deque[str], handoff: _Handoff, wake: threading.Event, stream: TextIO) -> None:
+        super().__init__(name="switchboard-log-writer", daemon=True)
+        self._lines = lines
+        self._handoff = handoff
+        self._wake = wake
+        self._stream = stream
+        self._stopping = False
+
+    def run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            stopping = self._stopping
+            self._handoff.pending = False  # before draining: a line appended after this wakes us again
+            if self._drain() >= _BUSY and not stopping:
+                time.sleep(_LINGER_S)  # lines come fast: let the next ones gather
+            if stopping:
+                return
+
+    def _drain(self) -> int:
+        texts = []
+        with contextlib.suppress(IndexError):
+            while True:
+                texts.append(self._lines.popleft())
+        if texts:
+            try:
+                self._stream.write("\n".join(texts) + "\n")
+                self._stream.flush()
+            except Exception:  # a closed or broken stderr: nothing better to tell it to
+                pass
+        return len(texts)
+
+    def finish(self) -> None:
+        """Write what is left, then stop."""
+        self._stopping = True
+        self._wake.set()
+        self.join(10)
+
+
+_installed: tuple[_Handoff, _Writer] | None = None
+
+
+def configure(config: Config, who: str = "", stream: TextIO | None = None) -> None:
+    """Route every log record to stderr (or ``stream``) in the configured format and level.
+
+    Called once per process by the CLI; calling it again replaces what it installed before (and
+    leaves other handlers, such as a test runner's, alone)."""
+    global _installed
+    shutdown()
+    level = (config.logging.level or config.log_level).upper()
+    formatter: logging.Formatter
+    if config.logging.format == "json":
+        formatter = JsonFormatter(who)
+    else:
+        formatter = logging.Formatter(_TEXT_FORMAT.format(who=who))
+    lines: deque[str] = deque()
+    wake = threading.Event()
+    handler = _Handoff(lines, wake)
+    handler.setFormatter(formatter)
+    writer = _Writer(lines, handler, wake, stream or sys.stderr)
+    writer.start()
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(level)
+    _installed = (handler, writer)
+
+
+def shutdown() -> None:
+    """Write what is queued and remove the handler ``configure`` installed (also run at exit)."""
+    global _installed
+    if _installed is None:
+        return
+    handler, writer = _installed
+    _installed = None
+    logging.getLogger().removeHandler(handler)
+    writer.finish()
+    if handler.dropped:
+        sys.stderr.write(f"switchboard: {handler.dropped} log lines dropped (stderr could not keep up)\n")
+
+
+atexit.register(shutdown)
