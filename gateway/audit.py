@@ -119,7 +119,6 @@ class AuditLog:
     def __init__(self, config: AuditConfig, metrics: Metrics, *, queue_size: int = DEFAULT_QUEUE_SIZE) -> None:
         self.config = config
         self._metrics = metrics
-        self._by_outcome: dict[str, Any] = {}
         self._listeners: tuple[Listener, ...] = ()
         self._throttle = _Throttle()
         self._dropped_unreported = 0
@@ -149,10 +148,7 @@ class AuditLog:
             for key, value in fields.items():
                 if value is not None and key not in rec:
                     rec[key] = value
-            counter = self._by_outcome.get(outcome)
-            if counter is None:
-                counter = self._by_outcome[outcome] = self._metrics.audit_records.labels(outcome)
-            counter.inc()
+            self._metrics.audit_records.inc((outcome,))
             if self._queue is not None:
                 if self._closed:
                     self._dropped(1)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily
 
-from gateway.telemetry.durations import OperationDurations
+from gateway.loop_metrics import LoopCounter, LoopHistogram
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -17,19 +16,20 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter(
+        # Updated on every call: lock-free collectors on the loop's thread (gateway/loop_metrics.py).
+        self.requests = LoopCounter(
             "switchboard_requests_total",
             "Client requests handled, by method, backend and outcome.",
             ["method", "backend", "outcome"],
-            registry=r,
         )
-        self.latency = Histogram(
+        self.latency = LoopHistogram(
             "switchboard_request_duration_seconds",
             "Time from a client request's arrival to its answer.",
             ["method", "backend"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            _LATENCY_BUCKETS,
         )
+        r.register(self.requests)
+        r.register(self.latency)
         self.sessions = Gauge("switchboard_active_sessions", "Client sessions alive.", ["transport"], registry=r)
         self.backend_up = Gauge(
             "switchboard_backend_up",
@@ -59,12 +59,11 @@ class Metrics:
             registry=r,
         )
 
-        self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
-
         # Audit stream (gateway/audit.py) and tool definition pinning (policies/pinning.py).
-        self.audit_records = Counter(
-            "switchboard_audit_records_total", "Audit records emitted, by outcome.", ["outcome"], registry=r
+        self.audit_records = LoopCounter(
+            "switchboard_audit_records_total", "Audit records emitted, by outcome.", ["outcome"]
         )
+        r.register(self.audit_records)  # one per request, like the two above
         self.audit_dropped = Counter(
             "switchboard_audit_dropped_total",
             "Audit records dropped because the writer could not keep up (or was closed).",
@@ -147,13 +146,13 @@ class Metrics:
         )
 
         # The MCP semantic conventions' operation durations (issue 16), observed on every call with or
-        # without OpenTelemetry: a light collector (gateway/telemetry/durations.py), not a Histogram.
-        self.mcp_server_duration = OperationDurations(
+        # without OpenTelemetry: a light collector (gateway/loop_metrics.py), not a Histogram.
+        self.mcp_server_duration = LoopHistogram(
             "mcp_server_operation_duration_seconds",
             "MCP request duration as the gateway's clients see it (mcp.server.operation.duration).",
             ["mcp_method_name", "error_type"],
         )
-        self.mcp_client_duration = OperationDurations(
+        self.mcp_client_duration = LoopHistogram(
             "mcp_client_operation_duration_seconds",
             "Duration of the gateway's requests to its backends (mcp.client.operation.duration).",
             ["mcp_method_name", "backend", "error_type"],
@@ -174,16 +173,10 @@ class Metrics:
         self.registry.register(_BusStats(stats))
 
     def observe_request(self, method: str, backend: str, outcome: str, seconds: float | None) -> None:
-        """Count one handled request (and its latency); label children are cached, as label lookup
-        is a measurable part of a proxied call."""
-        key = (method, backend, outcome)
-        children = self._children.get(key)
-        if children is None:
-            children = (self.requests.labels(method, backend, outcome), self.latency.labels(method, backend))
-            self._children[key] = children
-        children[0].inc()
+        """Count one handled request (and its latency)."""
+        self.requests.inc((method, backend, outcome))
         if seconds is not None:
-            children[1].observe(seconds)
+            self.latency.observe((method, backend), seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

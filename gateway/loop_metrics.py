@@ -1,15 +1,14 @@
-"""The MCP convention's operation-duration histograms, for Prometheus, at a few hundred ns per call.
+"""Per-request metrics kept on the event loop's thread, for Prometheus, at a few hundred ns per call.
 
-``mcp.server.operation.duration`` and ``mcp.client.operation.duration`` are observed on every call,
-with or without OpenTelemetry, so they must not cost what ``prometheus_client.Histogram`` does (a
-lock per bucket update, a label lookup per call). Here one observation is a dict lookup, a bisect
-and two additions on plain lists.
+The request counter and the duration histograms are updated on every call; ``prometheus_client``'s
+Counter and Histogram take a lock per update and look the label child up per call (issue 15 measured
+them among a call's costs). Here one update is a dict lookup and an addition (a histogram: a bisect
+and two additions) on plain lists.
 
-Invariants: observed and collected on the event loop's thread only (the gateway observes in its
-router and serves ``/metrics`` on the same loop), so no lock is needed; a scrape sees each series'
-counts as one consistent snapshot because nothing runs between its reads. Label cardinality is the
-caller's business: methods are the known ones or ``other``, backends are configured names,
-``error.type`` is a JSON-RPC code or one of a few words.
+Invariants: updated and collected on the event loop's thread only (the gateway updates them in its
+router and forwarder and serves ``/metrics`` on the same loop), so no lock is needed; a scrape sees
+each series as one consistent snapshot because nothing runs between its reads. Label cardinality is
+the caller's business (known methods or ``other``, configured backend names, a few outcome words).
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
 # The convention's advisory boundaries (0.01 ... 300 s) with finer ones below 10 ms in front: a
 # gateway's own share of a call is often under a millisecond, and the convention's boundaries stay
@@ -44,7 +43,7 @@ BUCKETS: tuple[float, ...] = (
 )
 
 
-class OperationDurations:
+class LoopHistogram:
     """A histogram family with fixed label names; register it on a ``CollectorRegistry``."""
 
     def __init__(self, name: str, documentation: str, labels: Sequence[str], buckets: Sequence[float] = BUCKETS):
@@ -80,3 +79,26 @@ class OperationDurations:
 def _bound(value: float) -> str:
     """A bucket's ``le`` as prometheus_client writes it (``0.5``, ``1.0``)."""
     return repr(float(value))
+
+
+class LoopCounter:
+    """A counter family with fixed label names; register it on a ``CollectorRegistry`` (``name`` with or
+    without ``_total``: the exposition writes it, as prometheus_client's counters do)."""
+
+    def __init__(self, name: str, documentation: str, labels: Sequence[str]) -> None:
+        self.name = name
+        self._doc = documentation
+        self._labels = list(labels)
+        self._values: dict[tuple[str, ...], float] = {}
+
+    def inc(self, labels: tuple[str, ...], amount: float = 1.0) -> None:
+        self._values[labels] = self._values.get(labels, 0.0) + amount
+
+    def describe(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(self.name, self._doc, labels=self._labels)
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(self.name, self._doc, labels=self._labels)
+        for labels, value in list(self._values.items()):
+            family.add_metric(list(labels), value)
+        yield family
