@@ -18,6 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+import gateway.logs as logs  # at call time only: gateway.logs imports this package (its context)
 from gateway.telemetry.context import LOG_IDS, LogIds, trace_id_of_traceparent
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ class LogIdsOnly:
 # (session, event, decision outcome, backend, latency ms, reason, result): Router.audit's facts.
 AuditTap = Callable[["ClientSession", "Event", str, str, float, "str | None", "str | None"], None]
 
-ACCESS_LOG = logging.getLogger("switchboard.access")
+ACCESS_LOG = logging.getLogger("switchboard.access")  # logs.ACCESS_LOGGER
 
 
 def access_line(
@@ -121,17 +122,17 @@ def access_line(
         fields["reason"] = reason
     if event.rpc_id is not None:
         fields["rpc_id"] = event.rpc_id
-    ACCESS_LOG.info(
-        "%s backend=%s outcome=%s%s %.3fms principal=%s session=%s",
-        method,
-        backend,
-        outcome,
-        f" result={result}" if result is not None and result != "ok" else "",
-        latency_ms,
-        fields["principal"],
-        session.id[:8],
-        extra={"access": fields},
+    shown_result = f" result={result}" if result is not None and result != "ok" else ""
+    principal = fields["principal"]
+    message = (
+        f"{method} backend={backend} outcome={outcome}{shown_result} {latency_ms:.3f}ms "
+        f"principal={principal} session={session.id[:8]}"
     )
+    fast = logs.access_lines()
+    if fast is not None:
+        fast.write(message, fields)
+    else:
+        ACCESS_LOG.info("%s", message, extra={"access": fields})
 
 
 def audit_tap(tracing: Tracing | None) -> AuditTap | None:
