@@ -9,9 +9,9 @@ duration_ms, principal, session). ``logging.level`` null means the top-level ``l
 
 Invariants: a record is turned into its final text, request ids included, in the thread that
 logged it (the request's context lives there), then appended to a bounded deque; one thread writes
-it to stderr (at once, or every 0.2 s while lines come by the hundred), so a slow stderr never
-blocks the event loop. When 10,000
-lines wait, a new one is dropped and counted (said once on stderr at exit) rather than waiting.
+it to stderr (a line after a quiet spell at once, then at most every 0.1 s), so a slow stderr never
+blocks the event loop. When 10,000 lines wait, a new one is dropped and counted (said once on
+stderr at exit) rather than waiting.
 stdout is never written to (it carries the listening banner, or JSON-RPC for the stdio door).
 uvicorn's access log stays off.
 """
@@ -36,8 +36,7 @@ if TYPE_CHECKING:
     from gateway.config import Config
 
 QUEUE_SIZE = 10_000
-_BUSY = 64  # lines found at one wake-up that say the gateway logs fast (an access line per request)
-_LINGER_S = 0.2  # then, how long the writer lets lines gather before the next write
+_LINGER_S = 0.1  # after a write, how long the writer lets the next lines gather before it looks again
 _TEXT_FORMAT = "%(asctime)s %(levelname)s {who}%(name)s: %(message)s"
 # Attributes every LogRecord has: whatever else a record carries came from ``extra=``.
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
@@ -110,10 +109,12 @@ class _Handoff(logging.Handler):
 
 
 class _Writer(threading.Thread):
-    """Writes what gathered when woken. A line after a quiet spell is written at once; when many came
-    (``_BUSY``), the next ones gather for ``_LINGER_S``, so a busy gateway wakes this thread about 5
-    times a second, not once per line (each wake-up, a GIL hand-over, slows the event loop's thread
-    more than a line costs)."""
+    """Writes what gathered when woken. A line after a quiet spell is written at once; after every
+    write the next lines gather for ``_LINGER_S``, so a busy gateway wakes this thread at most about
+    10 times a second, never once per line: each wake-up is a GIL hand-over that slows the event
+    loop's thread more than a line costs. (Lingering only after a large batch was not enough: a
+    writer faster than the lines found one or two at each wake-up and was woken per request, which
+    cost the 2026-07-28 wire about 40 µs per call, bench/RESULTS.md.)"""
 
     def __init__(self, lines: deque[str], handoff: _Handoff, wake: threading.Event, stream: TextIO) -> None:
         super().__init__(name="switchboard-log-writer", daemon=True)
@@ -129,8 +130,8 @@ class _Writer(threading.Thread):
             self._wake.clear()
             stopping = self._stopping
             self._handoff.pending = False  # before draining: a line appended after this wakes us again
-            if self._drain() >= _BUSY and not stopping:
-                time.sleep(_LINGER_S)  # lines come fast: let the next ones gather
+            if self._drain() and not stopping:
+                time.sleep(_LINGER_S)  # let the next lines gather: one wake-up for many
             if stopping:
                 return
 
