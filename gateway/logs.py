@@ -9,7 +9,7 @@ duration_ms, principal, session). ``logging.level`` null means the top-level ``l
 
 Invariants: a record is turned into its final text, request ids included, in the thread that
 logged it (the request's context lives there), then appended to a bounded deque; one thread writes
-it to stderr (a line after a quiet spell at once, then at most every 0.1 s), so a slow stderr never
+it to stderr (a line after a quiet spell at once, then at most every 0.02 s), so a slow stderr never
 blocks the event loop. When 10,000 lines wait, a new one is dropped and counted (said once on
 stderr at exit) rather than waiting.
 stdout is never written to (it carries the listening banner, or JSON-RPC for the stdio door).
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from gateway.config import Config
 
 QUEUE_SIZE = 10_000
-_LINGER_S = 0.1  # after a write, how long the writer lets the next lines gather before it looks again
+_LINGER_S = 0.02  # after a write, how long the writer lets the next lines gather before it looks again
 _TEXT_FORMAT = "%(asctime)s %(levelname)s {who}%(name)s: %(message)s"
 # Attributes every LogRecord has: whatever else a record carries came from ``extra=``.
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
@@ -111,7 +111,7 @@ class _Handoff(logging.Handler):
 class _Writer(threading.Thread):
     """Writes what gathered when woken. A line after a quiet spell is written at once; after every
     write the next lines gather for ``_LINGER_S``, so a busy gateway wakes this thread at most about
-    10 times a second, never once per line: each wake-up is a GIL hand-over that slows the event
+    50 times a second, never once per line: each wake-up is a GIL hand-over that slows the event
     loop's thread more than a line costs. (Lingering only after a large batch was not enough: a
     writer faster than the lines found one or two at each wake-up and was woken per request, which
     cost the 2026-07-28 wire about 40 µs per call, bench/RESULTS.md.)"""

@@ -259,8 +259,14 @@ async def scenario(group: Replicas, server: OwnRedis) -> Observed:
             clients.append(client)
         touched = await stack.enter_async_context(Client(group.mcp, mode="legacy", read_timeout_seconds=20))
         assert await some_calls(touched, 4) == ["ok"] * 4
-        # The other replica logs each session's id (its first 8 characters) when it adopts it.
-        old = [m for gw in group.gateways for m in re.findall(r"session (\S{8}) adopted from the bus", gw.log())]
+        # The other replica logs each session's id (its first 8 characters) when it adopts it; log lines
+        # reach the file within a tenth of a second (gateway/logs.py), so they are waited for, bounded.
+        deadline = time.monotonic() + 3
+        while True:
+            old = [m for gw in group.gateways for m in re.findall(r"session (\S{8}) adopted from the bus", gw.log())]
+            if len(old) >= SESSIONS + 1 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
         seen.adopted = len(old)
 
         stop = asyncio.Event()
