@@ -9,16 +9,31 @@ from __future__ import annotations
 
 import time
 
-# The last second formatted and its text (one strftime per second); replaced whole, so a reader in
-# another thread sees a matching pair.
-_second: tuple[int, str] = (-1, "")
+
+class PerSecond:
+    """``strftime`` of a timestamp's whole second, computed once per second and cached; the cache is
+    replaced whole, so a reader in another thread always sees a matching (second, text) pair."""
+
+    __slots__ = ("_convert", "_format", "_second")
+
+    def __init__(self, pattern: str, local: bool = False) -> None:
+        self._format = pattern
+        self._convert = time.localtime if local else time.gmtime
+        self._second: tuple[int, str] = (-1, "")
+
+    def split(self, ts: float) -> tuple[str, int]:
+        """(the second's text, the milliseconds)."""
+        secs, ms = divmod(int(ts * 1000), 1000)
+        cached = self._second
+        if cached[0] != secs:
+            cached = self._second = (secs, time.strftime(self._format, self._convert(secs)))
+        return cached[1], ms
+
+
+_UTC = PerSecond("%Y-%m-%dT%H:%M:%S")
 
 
 def rfc3339_ms(ts: float) -> str:
     """``2026-11-22T10:04:05.123Z``: RFC 3339, UTC, milliseconds."""
-    global _second
-    secs, ms = divmod(int(ts * 1000), 1000)
-    cached = _second
-    if cached[0] != secs:
-        cached = _second = (secs, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)))
-    return f"{cached[1]}.{ms:03d}Z"
+    text, ms = _UTC.split(ts)
+    return f"{text}.{ms:03d}Z"

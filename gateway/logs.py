@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
 
-from gateway.clock import rfc3339_ms
+from gateway.clock import PerSecond, rfc3339_ms
 from gateway.telemetry.context import LOG_IDS
 
 if TYPE_CHECKING:
@@ -42,6 +42,22 @@ _TEXT_FORMAT = "%(asctime)s %(levelname)s {who}%(name)s: %(message)s"
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
 
 
+def _json_head(ts: float, level: str, logger: str, message: str, who: str | None) -> dict[str, Any]:
+    """A JSON line's first fields, with the request ids of the calling context (when it serves one)."""
+    line: dict[str, Any] = {"ts": rfc3339_ms(ts), "level": level, "logger": logger, "message": message}
+    if who is not None:
+        line["worker"] = who
+    ids = LOG_IDS.get()
+    if ids is not None:
+        if ids.trace_id is not None:
+            line["trace_id"] = ids.trace_id
+        if ids.span_id is not None:
+            line["span_id"] = ids.span_id
+        if ids.session_id is not None:
+            line["session_id"] = ids.session_id
+    return line
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per record; the request ids come from the context of the thread that formats."""
 
@@ -50,22 +66,8 @@ class JsonFormatter(logging.Formatter):
         self._who = who.strip().strip("[]") or None
 
     def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {
-            "ts": rfc3339_ms(record.created),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        if self._who is not None:
-            line["worker"] = self._who
-        ids = LOG_IDS.get()  # formatted in the thread that logged (_Handoff.emit): its context
-        if ids is not None:
-            if ids.trace_id is not None:
-                line["trace_id"] = ids.trace_id
-            if ids.span_id is not None:
-                line["span_id"] = ids.span_id
-            if ids.session_id is not None:
-                line["session_id"] = ids.session_id
+        # Formatted in the thread that logged (_Handoff.emit): the request ids are its context's.
+        line = _json_head(record.created, record.levelname.lower(), record.name, record.getMessage(), self._who)
         access = getattr(record, "access", None)
         if isinstance(access, dict):
             line.update((k, v) for k, v in access.items() if k not in line)
@@ -176,34 +178,20 @@ class AccessLines:
         if not self._json:
             self._handoff.hand_over(_asctime(now) + self._prefix + message)
             return
-        line: dict[str, Any] = {"ts": rfc3339_ms(now), "level": "info", "logger": ACCESS_LOGGER, "message": message}
-        if self._who is not None:
-            line["worker"] = self._who
-        ids = LOG_IDS.get()
-        if ids is not None:
-            if ids.trace_id is not None:
-                line["trace_id"] = ids.trace_id
-            if ids.span_id is not None:
-                line["span_id"] = ids.span_id
-            if ids.session_id is not None:
-                line["session_id"] = ids.session_id
+        line = _json_head(now, "info", ACCESS_LOGGER, message, self._who)
         for key, value in fields.items():
             line.setdefault(key, value)
         self._handoff.hand_over(orjson.dumps(line, default=str).decode())
 
 
 ACCESS_LOGGER = "switchboard.access"
-# logging's default asctime ("2026-11-24 07:40:01,123", local time), one strftime per second.
-_local_second: tuple[int, str] = (-1, "")
+# logging's default asctime ("2026-11-24 07:40:01,123", local time).
+_LOCAL = PerSecond("%Y-%m-%d %H:%M:%S", local=True)
 
 
 def _asctime(ts: float) -> str:
-    global _local_second
-    secs, ms = divmod(int(ts * 1000), 1000)
-    cached = _local_second
-    if cached[0] != secs:
-        cached = _local_second = (secs, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(secs)))
-    return f"{cached[1]},{ms:03d}"
+    text, ms = _LOCAL.split(ts)
+    return f"{text},{ms:03d}"
 
 
 _installed: tuple[_Handoff, _Writer] | None = None
