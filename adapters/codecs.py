@@ -22,6 +22,9 @@ from adapters import mcp_draft, mcp_modern
 
 CodecName = Literal["legacy", "draft", "modern"]
 
+# The result fields only the modern era has (what mcp_modern.strip_modern_fields removes).
+_MODERN_FIELDS = frozenset({"resultType", "ttlMs", "cacheScope"})
+
 
 @dataclass(frozen=True, slots=True)
 class ClientCodec:
@@ -51,7 +54,9 @@ class ClientCodec:
 
     def result(self, result: Any) -> Any:
         """A backend's result with only the fields of this client's era."""
-        return result if self.modern else mcp_modern.strip_modern_fields(result)
+        if self.modern or (isinstance(result, dict) and _MODERN_FIELDS.isdisjoint(result)):
+            return result  # the common case, decided in C: nothing to strip
+        return mcp_modern.strip_modern_fields(result)
 
 
 LEGACY = ClientCodec("legacy", modern=False)

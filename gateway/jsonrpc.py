@@ -68,6 +68,10 @@ class Shape(StrEnum):
     ERROR = "error"
 
 
+# The members as plain module constants: reading a member off an enum class is a descriptor call.
+_REQUEST, _NOTIFICATION, _RESPONSE, _ERROR = Shape.REQUEST, Shape.NOTIFICATION, Shape.RESPONSE, Shape.ERROR
+
+
 def dumps(message: Any) -> bytes:
     try:
         return orjson.dumps(message)
@@ -97,8 +101,13 @@ def loads(data: bytes | str) -> Any:
         message = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise RpcError(PARSE_ERROR, f"Parse error: {exc}") from None
-    items = message if isinstance(message, list) else (message,)
-    if any(isinstance(m, dict) and _lossy(m.get("id")) for m in items):
+    if isinstance(message, dict):  # the common case, without a generator
+        rpc_id = message.get("id")
+        lossy = isinstance(rpc_id, float) and _lossy(rpc_id)
+    else:
+        items = message if isinstance(message, list) else ()
+        lossy = any(isinstance(m, dict) and _lossy(m.get("id")) for m in items)
+    if lossy:
         # orjson reads integers beyond 64 bits as floats; an id must come back exactly as sent.
         try:
             return json.loads(data)
@@ -139,18 +148,19 @@ def classify(message: Any) -> Shape:
         if params is not None and not isinstance(params, (dict, list)):
             raise RpcError(INVALID_REQUEST, 'Invalid Request: "params" must be an object or array')
         if "id" not in message:
-            return Shape.NOTIFICATION
-        if message["id"] is None or not valid_id(message["id"]):
+            return _NOTIFICATION
+        rpc_id = message["id"]
+        if type(rpc_id) is not int and type(rpc_id) is not str and (rpc_id is None or not valid_id(rpc_id)):
             raise RpcError(INVALID_REQUEST, 'Invalid Request: "id" must be a string or number')
-        return Shape.REQUEST
+        return _REQUEST
     if "id" not in message or not valid_id(message["id"]):
         raise RpcError(INVALID_REQUEST, "Invalid Request: neither a request, a notification nor a response")
     if "result" in message and "error" not in message:
-        return Shape.RESPONSE
+        return _RESPONSE
     if "error" in message and "result" not in message:
         if not isinstance(message["error"], dict):
             raise RpcError(INVALID_REQUEST, 'Invalid Request: "error" must be an object')
-        return Shape.ERROR
+        return _ERROR
     raise RpcError(INVALID_REQUEST, 'Invalid Request: a response carries exactly one of "result" or "error"')
 
 

@@ -37,7 +37,9 @@ class WriteBatch:
     def write(self, transport: asyncio.WriteTransport, data: bytes) -> None:
         """``transport.write(data)`` at the end of this loop iteration."""
         self._pending.append((transport, data))
-        self._schedule()
+        if not self._scheduled:  # _schedule(), inline: one call less per write
+            self._scheduled = True
+            self._loop.call_soon(self._flush)
 
     def flush_later(self, buffered: Flushable) -> None:
         """``buffered.flush()`` at the end of this iteration (a transport gathering its own writes)."""

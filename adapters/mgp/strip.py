@@ -104,6 +104,21 @@ def _strip_body(body: Any, *, result: bool) -> Any:
     return out
 
 
+# The keys of a result that _strip_body may change (besides flat "_mgp." ones).
+_RESULT_KEYS = frozenset({MGP_KEY, "_meta", "capabilities", "tools"})
+
+
+def strip_result(result: Any) -> Any:
+    """A response's ``result`` without any MGP field: ``strip({"result": result})["result"]``, with
+    one pass over its keys when none can hold MGP (the common case: the same object back)."""
+    if not isinstance(result, dict):
+        return result
+    for key in result:
+        if key in _RESULT_KEYS or key.startswith("_mgp."):
+            return _strip_body(result, result=True)
+    return result
+
+
 def strip(message: Any) -> Any:
     """``message`` (one JSON-RPC message or a batch) without any MGP field."""
     if isinstance(message, list):

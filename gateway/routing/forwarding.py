@@ -75,9 +75,12 @@ def finish(
     if "result" in response:
         result = response["result"]
         if session.mgp is None:  # a plain MCP client never sees a backend's MGP fields (issue 12)
-            result = mgp_strip.strip({"result": result})["result"]
+            result = mgp_strip.strip_result(result)
         result = session.codec.result(result)
-        return jsonrpc.result(client_id, rewrite_result(session.view.namer, backend, method, result))
+        namer = session.view.namer
+        if namer.prefixed:  # only a prefixing view renames what a result names
+            result = rewrite_result(namer, backend, method, result)
+        return {"jsonrpc": "2.0", "id": client_id, "result": result}
     error = response.get("error")
     return {"jsonrpc": "2.0", "id": client_id, "error": error if isinstance(error, dict) else {}}
 
@@ -221,9 +224,23 @@ class Forwarder:
         sink: CallSink | None = None,
     ) -> dict[str, Any]:
         session, rpc_id = call.session, call.rpc_id
-        # A dual-era backend serves a legacy client in its own era (gateway/upstreams/affinity.py).
-        conn = await self._affinity.for_legacy_client(conn)
-        response = await call_backend(session, rpc_id, conn, method, params, call.channel, sink)
+        if conn.era == "modern":
+            # A dual-era backend serves a legacy client in its own era (gateway/upstreams/affinity.py;
+            # only a modern connection has a legacy twin, so the others skip the await).
+            conn = await self._affinity.for_legacy_client(conn)
+        # call_backend, inline (one coroutine less on every legacy call).
+        if sink is None:
+            pending = conn.begin(method, params, CallSink(session, call.channel))
+        else:
+            pending = conn.begin(method, params, sink)
+            sink.began(conn, pending)
+        inflight = session.inflight
+        inflight[rpc_id] = (conn, pending)
+        try:
+            response = await conn.call(pending)
+        finally:
+            if inflight.get(rpc_id, (None, None))[1] is pending:
+                del inflight[rpc_id]
         if conn.era == "modern":
             response = await self._eras.fulfil_input_requests(call, conn, params, response)
         return finish(session, rpc_id, backend, method, response)

@@ -6,6 +6,14 @@ allocates its own request ids and progress tokens upstream and keeps, per pendin
 and is reconnected (or respawned) with exponential backoff. Which era to speak, and the handshake,
 are decided per attempt by gateway/upstreams/handshake.py; a modern backend's news arrive on the
 listen stream of gateway/upstreams/listen.py.
+
+A call waits on its ``Pending`` future. Over Streamable HTTP the request leaves at once on an idle
+kept-alive connection and the carrier's parser callbacks resolve the future (``start_request``,
+gateway/upstreams/http.py); its deadline is one entry in a shared time slice
+(gateway/upstreams/deadlines.py), and a cancellation or timeout aborts the exchange, which closes
+its HTTP stream, exactly as cancelling a task blocked in ``send`` does on the other carriers (and
+on HTTP when no connection is idle), which wait under an ``asyncio.timeout``. Either way the
+caller sees the same answers and errors.
 """
 
 from __future__ import annotations
@@ -24,9 +32,10 @@ from adapters.mgp import names as mgp_names
 from gateway import jsonrpc
 from gateway.config import Backend as BackendConfig
 from gateway.upstreams.base import Carrier, CarrierClosed
+from gateway.upstreams.deadlines import Deadlines
 from gateway.upstreams.handshake import GATEWAY_CLIENT_CAPABILITIES, BackendKernel, Era, Handshake
 from gateway.upstreams.listen import ListenOwner, ListenStream
-from gateway.upstreams.pending import MISSING, Pending as Pending, PendingTable
+from gateway.upstreams.pending import EXPIRED, MISSING, Abortable, Pending as Pending, PendingTable
 from gateway.upstreams.restarts import RestartBudget
 
 log = logging.getLogger(__name__)
@@ -61,6 +70,13 @@ class CallOwner(Protocol):
     def deliver(self, message: dict[str, Any]) -> None: ...
 
 
+class StartRequest(Protocol):
+    """A carrier's way to send a request without a task waiting in it (gateway/upstreams/http.py):
+    the exchange in progress, or None when the carrier's ``send`` must be awaited instead."""
+
+    def __call__(self, message: dict[str, Any], headers: dict[str, str] | None) -> Abortable | None: ...
+
+
 class ConnectionHandler(Protocol):
     def on_connected(self, conn: BackendConnection) -> None: ...
     def on_disconnected(self, conn: BackendConnection, reason: str) -> None: ...
@@ -92,6 +108,8 @@ class BackendConnection:
         self._handler = handler
         self._client_info = client_info
         self._carrier: Carrier | None = None
+        self._start_request: StartRequest | None = None  # the carrier's, if it has one
+        self._deadlines: Deadlines | None = None  # made by start(), on the running loop
         self._pending = PendingTable(name)
         self._ids = itertools.count(1)
         self._ready = asyncio.Event()
@@ -160,6 +178,7 @@ class BackendConnection:
     # ---- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._deadlines = Deadlines(asyncio.get_running_loop())
         self._supervisor = asyncio.create_task(self._supervise(), name=f"backend-{self.name}")
 
     async def wait_ready(self, timeout: float) -> bool:
@@ -196,6 +215,7 @@ class BackendConnection:
             use_sse = self._handshake.use_sse and self._sse_fallback is not None
             carrier = self._sse_fallback() if use_sse and self._sse_fallback else self._factory()
             self._carrier = carrier
+            self._start_request = getattr(carrier, "start_request", None)
             self.state = "connecting"
             try:
                 # asyncio.timeout, not wait_for: on 3.11 wait_for loses a cancellation that lands just
@@ -331,9 +351,10 @@ class BackendConnection:
                 caps = GATEWAY_CLIENT_CAPABILITIES
             params = mcp_modern.stamp_request(params, caps, self._client_info, level)
             params = self._handshake.stamp_modern(method, params)  # MGP §2.6, §3.8: the kernel's object, grants
-        message = jsonrpc.request(upstream_id, method, params)
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        pending = Pending(upstream_id, message, future, owner, client_token)
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": upstream_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        pending = Pending(upstream_id, message, asyncio.get_running_loop().create_future(), owner, client_token)
         self._pending.add(pending)
         return pending
 
@@ -345,7 +366,41 @@ class BackendConnection:
                 jsonrpc.BACKEND_UNAVAILABLE,
                 f"backend {self.name} is unavailable: {self.last_error or self.state}",
             )
-        return await self._roundtrip(pending, timeout or self.config.timeout_s)
+        timeout = timeout or self.config.timeout_s
+        start = self._start_request
+        if start is None or self._carrier is None:
+            return await self._roundtrip(pending, timeout)
+        # The quick way (an HTTP backend): the request leaves now, its answer resolves the future in
+        # the carrier's callbacks, and one timer per time slice stands for this call's deadline.
+        try:
+            modern_http = self.era == "modern" and self.config.transport == "http"  # _modern_http, inline
+            headers = routing_headers(pending.message, self.tool_schemas) if modern_http else None
+            exchange = start(pending.message, headers)
+        except CarrierClosed as exc:
+            self._pending.drop(pending)
+            raise jsonrpc.RpcError(jsonrpc.BACKEND_UNAVAILABLE, f"backend {self.name} is unavailable: {exc}") from None
+        if exchange is None:
+            return await self._roundtrip(pending, timeout)
+        pending.exchange = exchange
+        deadlines = self._deadlines
+        assert deadlines is not None  # made by start(), which made the carrier too
+        key = deadlines.add(timeout, pending)
+        try:
+            answer = await pending.future
+        except asyncio.CancelledError:
+            self._abandon(pending, "cancelled by the client")
+            exchange.abort()
+            raise
+        finally:
+            deadlines.remove(key, pending)
+        if answer is EXPIRED:
+            self._abandon(pending, "timed out in the gateway")
+            exchange.abort()
+            raise jsonrpc.RpcError(jsonrpc.BACKEND_TIMEOUT, f"backend {self.name} did not answer within {timeout:g}s")
+        if pending.lost is not None:
+            # The gateway's own failure, raised like every other (not the backend's answer).
+            raise jsonrpc.RpcError(jsonrpc.BACKEND_UNAVAILABLE, pending.lost)
+        return answer
 
     async def _roundtrip(self, pending: Pending, timeout: float) -> dict[str, Any]:
         carrier = self._carrier
@@ -408,6 +463,8 @@ class BackendConnection:
         if pending.task is not None and not pending.task.done():
             pending.interrupted = True
             pending.task.cancel()
+        if pending.exchange is not None:
+            pending.exchange.abort()
 
     async def request(
         self,

@@ -8,6 +8,14 @@ Liberal in what it accepts, strict in what it sends. A POST carries exactly one 
   separate lines (the official conformance fixture does this): each is relayed in order, the
   notifications and server requests as related to the call, and the response as its answer;
 - a body that holds no response at all fails the call (-32603, or -32090 for an HTTP 5xx).
+
+The hot path (:meth:`HttpCarrier.start_request`, :class:`QuickExchange`): a request that finds a
+kept-alive connection idle is written at once and its answer handled in the HTTP parser's
+callbacks, by the same rules (:meth:`HttpCarrier._answer`), with no task, coroutine or
+``Response`` per call; an SSE answer is handed at its headers to a task that reads it as
+:meth:`HttpCarrier.send` does; a kept-alive connection found closed before any byte of the answer
+is retried once, afresh, as :meth:`ConnectionPool.request` retries. Otherwise (``initialize``, no
+idle connection) the request goes the awaited way, :meth:`HttpCarrier.send`.
 """
 
 from __future__ import annotations
@@ -24,7 +32,15 @@ from gateway import jsonrpc, sse
 from gateway.sse import SSEParser
 from gateway.telemetry.context import OUTGOING_HTTP
 from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
-from gateway.upstreams.httpclient import ConnectError, ConnectionPool, HttpError, encode_headers, target_of
+from gateway.upstreams.httpclient import (
+    ConnectError,
+    ConnectionPool,
+    HttpError,
+    Response,
+    _Connection,
+    encode_headers,
+    target_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +62,7 @@ class HttpCarrier(Carrier):
         self._pool: ConnectionPool | None = None
         self._target = target_of(url)
         self._block = b""
+        self._head = b""
         self.last_status: int | None = None  # of the latest exchange (era detection reads it)
         self._block_key: tuple[str | None, str | None] | None = None
         self._inbound: Inbound | None = None
@@ -72,11 +89,14 @@ class HttpCarrier(Carrier):
         return headers
 
     def _header_block(self) -> bytes:
-        """The encoded headers of every POST, rebuilt only when the session or version changes."""
+        """The encoded headers of every POST, rebuilt only when the session or version changes (and
+        with them the start of every POST, ``_head``)."""
         key = (self._session_id, self._protocol_version)
         if self._block_key != key:
             self._block = encode_headers(self._headers())
             self._block_key = key
+            assert self._pool is not None
+            self._head = self._pool.head("POST", self._target, self._block)
         return self._block
 
     def _die(self, reason: str) -> None:
@@ -115,6 +135,69 @@ class HttpCarrier(Carrier):
         assert self._inbound
         self._inbound(jsonrpc.error(rpc_id, code, text), rpc_id)
 
+    def start_request(self, message: dict[str, Any], headers: Mapping[str, str] | None) -> QuickExchange | None:
+        """Send a request now on an idle kept-alive connection, its answer handled in the HTTP
+        parser's callbacks (no task and no :class:`Response` for a JSON answer; an SSE answer is
+        then read by a task of its own). None: no connection is idle (or this is the handshake's
+        ``initialize``, whose answer carries the session): :meth:`send` it instead."""
+        pool = self._pool
+        if pool is None or self._closed.is_set():
+            raise CarrierClosed(self._reason)
+        if message.get("method") == "initialize":
+            return None
+        trace = OUTGOING_HTTP.get()  # the CLIENT span's traceparent while tracing is on (gateway/telemetry/)
+        if trace is not None:
+            headers = {**headers, **trace} if headers else trace
+        if headers:
+            head = pool.head("POST", self._target, self._header_block() + encode_headers(headers))
+        else:
+            self._header_block()
+            head = self._head
+        exchange = QuickExchange(self, pool, message, headers)
+        try:
+            conn = pool.try_start(head, jsonrpc.dumps(message), exchange)
+        except HttpError:
+            return None  # closed meanwhile: send() says so as usual
+        if conn is None:
+            return None
+        exchange.conn = conn
+        return exchange
+
+    def _quick_stream(self, exchange: QuickExchange, conn: _Connection, status: int, ctype: str) -> None:
+        """A quick exchange's answer is a stream: from here on a task reads it, as :meth:`send` would."""
+        assert self._pool is not None
+        self.last_status = status
+        response = Response(conn, self._pool)
+        response.headers["content-type"] = ctype
+        response.on_headers_complete(status)
+        conn.start(response)  # the parser's next events (the body) go to the response
+        exchange.response = response
+        exchange.task = self._spawn(self._quick_stream_read(exchange.message, response))
+
+    async def _quick_stream_read(self, message: dict[str, Any], response: Response) -> None:
+        rpc_id = message["id"]
+        try:
+            await self._stream_of(message, rpc_id, response)
+        except HttpError as exc:
+            self._fail(rpc_id, jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} transport error: {exc}")
+        except ValueError as exc:  # the SSE parser's refusal (an over-long line)
+            self._fail(rpc_id, jsonrpc.INTERNAL_ERROR, f"backend {self._name} sent a malformed stream: {exc}")
+
+    def _quick_failed(self, exchange: QuickExchange, exc: HttpError, nothing_received: bool) -> None:
+        """A quick exchange's connection failed. Nothing received on a kept-alive connection (the
+        backend had closed it meanwhile): nothing was processed, so it is sent once more, afresh."""
+        if nothing_received and not self._closed.is_set() and self._pool is not None and not self._pool.closed:
+            exchange.task = self._spawn(self._resend(exchange.message, exchange.headers))
+            return
+        rpc_id = exchange.message["id"]
+        self._fail(rpc_id, jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} transport error: {exc}")
+
+    async def _resend(self, message: dict[str, Any], headers: Mapping[str, str] | None) -> None:
+        try:
+            await self.send(message, headers)
+        except CarrierClosed as exc:
+            self._fail(message["id"], jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} is unavailable: {exc}")
+
     async def _exchange(self, message: dict[str, Any], body: bytes, headers: Mapping[str, str] | None) -> None:
         assert self._pool and self._inbound
         rpc_id = message["id"]
@@ -123,64 +206,94 @@ class HttpCarrier(Carrier):
             headers = {**headers, **trace} if headers else trace
         block = self._header_block() + encode_headers(headers) if headers else self._header_block()
         response = await self._pool.request("POST", self._target, block, body)
+        if message.get("method") == "initialize":
+            sid = response.headers.get("mcp-session-id")
+            if sid:
+                self._session_id = sid
+        status = response.status
+        self.last_status = status
+        if status < 400 and response.headers.get("content-type", "").startswith("text/event-stream"):
+            await self._stream_of(message, rpc_id, response)
+            return
+        try:
+            data = await response.read()
+        finally:
+            response.release()
+        self._answer(message, status, data)
+
+    def _answer(self, message: dict[str, Any], status: int, data: bytes) -> None:
+        """A POST's answer that is no stream: its messages relayed, the response as the call's answer."""
+        assert self._inbound
+        rpc_id = message["id"]
+        if status == 404 and self._session_id and message.get("method") != "initialize":
+            self._die("backend ended the session (404)")
+            self._fail(rpc_id, jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} ended its session")
+            return
+        if len(data) > self._max:
+            self._fail(rpc_id, jsonrpc.PAYLOAD_TOO_LARGE, f"backend {self._name} sent {len(data)} bytes")
+            return
+        try:
+            only: Any = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            only = None
+        if (
+            isinstance(only, dict)
+            and "method" not in only
+            and ("result" in only or isinstance(only.get("error"), dict))
+        ):
+            # The common case: one response (_is_response) and nothing else.
+            if only.get("id") is None or ("error" in only and only.get("id") != rpc_id):
+                only["id"] = rpc_id  # the one request of this POST is what it answers
+            if message["method"] == "initialize":
+                self._note_init(message, only)
+            self._inbound(only, rpc_id)
+            return
+        messages = _json_messages(data)
+        if any(_is_response(item) for item in messages):
+            for item in messages:
+                if _is_response(item):
+                    if item.get("id") is None or ("error" in item and item.get("id") != rpc_id):
+                        item["id"] = rpc_id  # the one request of this POST is what it answers
+                    self._note_init(message, item)
+                    self._inbound(item, rpc_id)
+                elif isinstance(item.get("method"), str):
+                    self._inbound(item, rpc_id)
+        else:
+            for item in messages:
+                if isinstance(item.get("method"), str):
+                    self._inbound(item, rpc_id)  # notifications before the failure, not lost
+            self._fail(
+                rpc_id,
+                jsonrpc.BACKEND_UNAVAILABLE if status >= 500 else jsonrpc.INTERNAL_ERROR,
+                f"backend {self._name} answered HTTP {status}: {data[:200].decode('utf-8', 'replace')}",
+            )
+
+    async def _stream_of(self, message: dict[str, Any], rpc_id: Any, response: Response) -> None:
+        """Relay a POST's SSE answer until its response (the rest is drained in the background), or
+        resume the stream when it ends before."""
+        chunks = response.iter_raw()
+        parser = SSEParser(self._max)
         draining = False
         try:
-            if message.get("method") == "initialize":
-                sid = response.headers.get("mcp-session-id")
-                if sid:
-                    self._session_id = sid
-            status = response.status
-            self.last_status = status
-            ctype = response.headers.get("content-type", "")
-            if status == 404 and self._session_id and message.get("method") != "initialize":
-                self._die("backend ended the session (404)")
-                self._fail(rpc_id, jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} ended its session")
+            answered, last_id, retry_ms = await self._read_stream(
+                chunks, parser, rpc_id, until_answered=True, request=message
+            )
+            if answered:
+                # The caller has its answer; the end of the stream is read in the background so
+                # that the connection goes back to the pool (iter_raw releases it).
+                draining = True
+                self._spawn(self._drain(chunks, parser, rpc_id))
                 return
-            if ctype.startswith("text/event-stream") and status < 400:
-                chunks = response.iter_raw()
-                parser = SSEParser(self._max)
-                answered, last_id, retry_ms = await self._read_stream(
-                    chunks, parser, rpc_id, until_answered=True, request=message
-                )
-                if answered:
-                    # The caller has its answer; the end of the stream is read in the background so
-                    # that the connection goes back to the pool (iter_raw releases it).
-                    draining = True
-                    self._spawn(self._drain(chunks, parser, rpc_id))
-                    return
-                await self._resume(rpc_id, last_id, retry_ms)
-                return
-            data = await response.read()
-            if len(data) > self._max:
-                self._fail(rpc_id, jsonrpc.PAYLOAD_TOO_LARGE, f"backend {self._name} sent {len(data)} bytes")
-                return
-            messages = _json_messages(data)
-            if any(_is_response(item) for item in messages):
-                for item in messages:
-                    if _is_response(item):
-                        if item.get("id") is None or ("error" in item and item.get("id") != rpc_id):
-                            item["id"] = rpc_id  # the one request of this POST is what it answers
-                        self._note_init(message, item)
-                        self._inbound(item, rpc_id)
-                    elif isinstance(item.get("method"), str):
-                        self._inbound(item, rpc_id)
-            else:
-                for item in messages:
-                    if isinstance(item.get("method"), str):
-                        self._inbound(item, rpc_id)  # notifications before the failure, not lost
-                self._fail(
-                    rpc_id,
-                    jsonrpc.BACKEND_UNAVAILABLE if status >= 500 else jsonrpc.INTERNAL_ERROR,
-                    f"backend {self._name} answered HTTP {status}: {data[:200].decode('utf-8', 'replace')}",
-                )
         finally:
             if not draining:
                 response.release()
+        await self._resume(rpc_id, last_id, retry_ms)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
 
     async def _drain(self, chunks: Any, parser: SSEParser, rpc_id: Any) -> None:
         try:
@@ -350,3 +463,103 @@ def _json_messages(data: bytes) -> list[dict[str, Any]]:
         items = value if isinstance(value, list) else [value]
         messages.extend(item for item in items if isinstance(item, dict))
     return messages
+
+
+class QuickExchange:
+    """One POST answered in the HTTP parser's callbacks (:meth:`HttpCarrier.start_request`).
+
+    Invariants: it holds its pool connection (and slot) from the start until the answer is complete
+    (the connection back to the pool), the connection fails, or :meth:`abort`; after that ``conn``
+    is None and the parser's events no longer reach it. An SSE answer is handed, at its headers, to
+    a task (``task``) that reads it as :meth:`HttpCarrier.send` would; a retry after a stale
+    kept-alive connection is such a task too.
+    """
+
+    __slots__ = (
+        "_carrier",
+        "_chunks",
+        "_ctype",
+        "_pool",
+        "_received",
+        "_status",
+        "conn",
+        "headers",
+        "message",
+        "response",
+        "task",
+    )
+
+    def __init__(
+        self, carrier: HttpCarrier, pool: ConnectionPool, message: dict[str, Any], headers: Mapping[str, str] | None
+    ) -> None:
+        self._carrier = carrier
+        self._pool = pool
+        self.message = message
+        self.headers = headers
+        self.conn: _Connection | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.response: Response | None = None  # an SSE answer's, read by ``task``
+        self._chunks: list[bytes] = []
+        self._ctype = ""
+        self._status = 0
+        self._received = False
+
+    def abort(self) -> None:
+        """The call was cancelled or timed out: its exchange ends now (over HTTP, closing the
+        stream is the cancellation), the connection is closed, never reused half-read."""
+        conn = self.conn
+        if conn is not None:
+            self.conn = None
+            self._pool.abandon(conn)
+        elif self.task is not None and not self.task.done():
+            # Still reading the answer's stream (or sending once more). A task cancelled before its
+            # first step runs none of its code, so the stream's connection is released here too.
+            self.task.cancel()
+            if self.response is not None:
+                self.response.release()
+
+    # -- the parser's events
+    def on_message_begin(self) -> None:
+        self._received = True
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if len(name) == 12 and name.lower() == b"content-type":
+            self._ctype = value.decode("latin-1")
+
+    def on_headers_complete(self, status: int) -> None:
+        self._status = status
+        if status < 400 and self._ctype.startswith("text/event-stream"):
+            conn = self.conn
+            if conn is not None:
+                self.conn = None
+                self._carrier._quick_stream(self, conn, status, self._ctype)
+
+    def on_body(self, body: bytes) -> None:
+        self._chunks.append(body)
+
+    def on_message_complete(self, keep_alive: bool) -> None:
+        conn = self.conn
+        if conn is None:
+            return
+        self.conn = None
+        self._pool.release(conn, keep_alive)
+        chunks = self._chunks
+        carrier = self._carrier
+        carrier.last_status = self._status
+        try:
+            carrier._answer(self.message, self._status, chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        except Exception:
+            # Inside the parser's callback nobody else would hear of it (and the caller would wait
+            # for its deadline): the call fails now, as it would have where send() is awaited.
+            log.exception("backend %s: handling an answer failed", carrier._name)
+            carrier._fail(self.message["id"], jsonrpc.INTERNAL_ERROR, f"backend {carrier._name}: answer not handled")
+
+    def fail(self, exc: Exception) -> None:
+        conn = self.conn
+        if conn is None:
+            return
+        self.conn = None
+        self._pool.abandon(conn)
+        self._carrier._quick_failed(
+            self, HttpError(str(exc)) if not isinstance(exc, HttpError) else exc, not self._received
+        )

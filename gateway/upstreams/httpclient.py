@@ -5,6 +5,14 @@ and fewer under concurrency, which alone caps the gateway far below its backends
 This client does only what backends need: HTTP/1.1 (plain or TLS), one write per request,
 streamed bodies (JSON or SSE, chunked or not) with flow control, and a pool of kept-alive
 connections. No redirects, proxies or HTTP/2.
+
+Two ways to make a request: :meth:`ConnectionPool.request` (a coroutine that returns a
+:class:`Response` once its headers arrived) and :meth:`ConnectionPool.try_start` (synchronous: on
+an idle kept-alive connection, with the parser's events going straight to the caller's
+:class:`Exchange`; the backend client's hot path, gateway/upstreams/http.py). Invariants of both:
+at most ``max_connections`` exchanges at once (a slot is held from the start of an exchange until
+its connection is released); a connection serves one exchange at a time and goes back to the pool
+only when its response ended cleanly and kept alive, else it is closed.
 """
 
 from __future__ import annotations
@@ -14,11 +22,12 @@ import contextlib
 import ssl
 from collections import deque
 from collections.abc import AsyncGenerator, Mapping
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import httptools
 
-from gateway.write_batch import write_batch
+from gateway.write_batch import WriteBatch, write_batch
 
 _HIGH_WATER = 1024 * 1024  # pause reading a response body once this much is unread
 _LOW_WATER = 256 * 1024
@@ -32,13 +41,62 @@ class ConnectError(HttpError):
     """The backend could not be reached at all."""
 
 
+class Exchange(Protocol):
+    """Who hears the parser's events of one response (a :class:`Response`, or a caller's own)."""
+
+    def on_message_begin(self) -> None: ...
+    def on_header(self, name: bytes, value: bytes) -> None: ...
+    def on_headers_complete(self, status: int) -> None: ...
+    def on_body(self, body: bytes) -> None: ...
+    def on_message_complete(self, keep_alive: bool) -> None: ...
+    def fail(self, exc: Exception) -> None: ...
+
+
+class _Slots:
+    """A counting semaphore that can also be taken without waiting (:meth:`try_take`)."""
+
+    __slots__ = ("_free", "_waiters")
+
+    def __init__(self, count: int) -> None:
+        self._free = count
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def try_take(self) -> bool:
+        if self._free > 0 and not self._waiters:  # waiters first: nobody overtakes a queue
+            self._free -= 1
+            return True
+        return False
+
+    async def take(self) -> None:
+        if self.try_take():
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.give()  # handed a slot just as the wait was cancelled: pass it on
+            raise
+
+    def give(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1
+
+
 class _Connection(asyncio.Protocol):
     """One TCP connection; serves one exchange at a time."""
+
+    __slots__ = ("_parser", "closed", "response", "transport")
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
-        self.response: Response | None = None
+        self.response: Exchange | None = None
         # One parser per connection: it resets itself between kept-alive responses, and its
         # callbacks land here and go on to the exchange in progress.
         self._parser = httptools.HttpResponseParser(self)
@@ -56,13 +114,14 @@ class _Connection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self.response._fail(HttpError(f"malformed HTTP response: {exc}"))
+            if self.response is not None:  # a callback may have ended the exchange already
+                self.response.fail(HttpError(f"malformed HTTP response: {exc}"))
             self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if self.response is not None:
-            self.response._fail(HttpError(f"connection closed by the backend{f': {exc}' if exc else ''}"))
+            self.response.fail(HttpError(f"connection closed by the backend{f': {exc}' if exc else ''}"))
 
     def pause_writing(self) -> None:  # the request is written at once; nothing to pause
         pass
@@ -73,11 +132,11 @@ class _Connection(asyncio.Protocol):
     # -- httptools callbacks, relayed to the current exchange
     def on_message_begin(self) -> None:
         if self.response is not None:
-            self.response.received_any = True
+            self.response.on_message_begin()
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.response is not None:
-            self.response.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+            self.response.on_header(name, value)
 
     def on_headers_complete(self) -> None:
         if self.response is not None:
@@ -93,7 +152,7 @@ class _Connection(asyncio.Protocol):
             self.response.on_message_complete(self._parser.should_keep_alive())
 
     # -- exchange
-    def start(self, response: Response) -> None:
+    def start(self, response: Exchange) -> None:
         self.response = response
 
     def finish(self) -> None:
@@ -126,6 +185,12 @@ class Response:
         self.received_any = False
 
     # -- parser events (relayed by the connection)
+    def on_message_begin(self) -> None:
+        self.received_any = True
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
     def on_headers_complete(self, status: int) -> None:
         self.status = status
         if not self._headers_done.done():
@@ -146,7 +211,7 @@ class Response:
         if self._wake is not None:
             self._wake.set()
 
-    def _fail(self, exc: Exception) -> None:
+    def fail(self, exc: Exception) -> None:
         if self._complete:
             return
         self._error = exc
@@ -217,10 +282,15 @@ class ConnectionPool:
         host_header = f"[{self.host}]" if ":" in self.host else self.host
         self.authority = host_header if default_port else f"{host_header}:{self.port}"
         self._idle: list[_Connection] = []
-        self._slots = asyncio.Semaphore(max_connections)
+        self._slots = _Slots(max_connections)
         self._connect_timeout = connect_timeout_s
         self._closed = False
         self._all: set[_Connection] = set()
+        self._batch: WriteBatch | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
@@ -254,7 +324,7 @@ class ConnectionPool:
         else:
             conn.close()
             self._all.discard(conn)
-        self._slots.release()
+        self._slots.give()
 
     async def request(
         self, method: str, target: str, headers: Mapping[str, str] | bytes, body: bytes = b""
@@ -276,7 +346,7 @@ class ConnectionPool:
             length,
             body,
         )
-        await self._slots.acquire()
+        await self._slots.take()
         acquired = True
         try:
             for attempt in (1, 2):
@@ -309,7 +379,48 @@ class ConnectionPool:
             raise HttpError("unreachable")
         finally:
             if acquired:
-                self._slots.release()
+                self._slots.give()
+
+    def head(self, method: str, target: str, block: bytes) -> bytes:
+        """The start of a request with a body, up to its ``content-length`` value (:meth:`try_start`)."""
+        return b"%s %s HTTP/1.1\r\nhost: %s\r\n%scontent-length: " % (
+            method.encode(),
+            target.encode("latin-1"),
+            self.authority.encode("latin-1"),
+            block,
+        )
+
+    def try_start(self, head: bytes, body: bytes, exchange: Exchange) -> _Connection | None:
+        """Send a request on an idle kept-alive connection now, its response's events to ``exchange``;
+        None when no connection is idle or no slot free (then use :meth:`request`). ``head`` is
+        :meth:`head`'s. The exchange owns the slot and the connection until it calls :meth:`release`
+        with them; :meth:`abandon` ends an exchange that will not finish."""
+        if self._closed:
+            raise HttpError("client is closed")
+        if not self._idle or not self._slots.try_take():
+            return None
+        conn = self._take_idle()
+        if conn is None:
+            self._slots.give()
+            return None
+        conn.response = exchange
+        assert conn.transport is not None
+        batch = self._batch
+        if batch is None:
+            batch = self._batch = write_batch()  # a pool lives on one loop
+        batch.write(conn.transport, b"%s%d\r\n\r\n%s" % (head, len(body), body))
+        return conn
+
+    def release(self, conn: _Connection, reusable: bool) -> None:
+        """The end of a :meth:`try_start` exchange: the connection back to the pool (or closed)."""
+        conn.response = None
+        self._release(conn, reusable and not conn.closed)
+
+    def abandon(self, conn: _Connection) -> None:
+        """A :meth:`try_start` exchange that will not be read to its end: its connection is closed."""
+        conn.response = None
+        conn.close()
+        self._release(conn, False)
 
     async def aclose(self) -> None:
         self._closed = True

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway import jsonrpc
 
@@ -24,6 +23,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MISSING: Any = object()  # a call whose client sent no progress token
+EXPIRED: dict[str, Any] = {}  # the "answer" of a call whose deadline passed (never a backend's)
+
+
+class Abortable(Protocol):
+    """A request's exchange in progress on a carrier (gateway/upstreams/http.py's QuickExchange)."""
+
+    def abort(self) -> None: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -33,11 +39,17 @@ class Pending:
     future: asyncio.Future[dict[str, Any]]
     owner: CallOwner | None
     client_token: Any = MISSING
-    started: float = field(default_factory=time.monotonic)
     # The task blocked in the carrier's send (request/response carriers): interrupted on cancel.
     task: asyncio.Task[Any] | None = None
     interrupted: bool = False
     lost: str | None = None  # the connection went away before the answer: why
+    # The exchange a carrier runs for it without a task of the caller's (cut short on cancel).
+    exchange: Abortable | None = None
+
+    def expire(self) -> None:
+        """Its deadline passed (gateway/upstreams/deadlines.py): the wait ends with :data:`EXPIRED`."""
+        if not self.future.done():
+            self.future.set_result(EXPIRED)
 
 
 class PendingTable:
@@ -70,12 +82,15 @@ class PendingTable:
     def answered(self, message: dict[str, Any], probe: Pending | None) -> None:
         """Hand an answer (a message without method) to the request it answers."""
         rpc_id = message.get("id")
-        if rpc_id is not None and not jsonrpc.names_a_request(rpc_id):
+        if type(rpc_id) is int:  # our own ids are ints: the common case, without the checks below
+            pending = self._by_id.pop(rpc_id, None)
+        elif rpc_id is not None and not jsonrpc.names_a_request(rpc_id):
             log.warning("backend %s answered with an id that is no string or number: %.200r", self._backend, rpc_id)
             return
-        pending = self._by_id.pop(rpc_id, None)
-        if pending is None and isinstance(rpc_id, str) and rpc_id.isascii() and rpc_id.isdigit():
-            pending = self._by_id.pop(int(rpc_id), None)  # a backend that stringified our id
+        else:
+            pending = self._by_id.pop(rpc_id, None)
+            if pending is None and isinstance(rpc_id, str) and rpc_id.isascii() and rpc_id.isdigit():
+                pending = self._by_id.pop(int(rpc_id), None)  # a backend that stringified our id
         if pending is None and isinstance(message.get("error"), dict) and probe is not None:
             # Servers that refuse the probe before any session exists answer with an id of
             # their own ("server-error") or null: that answer is to the probe all the same.

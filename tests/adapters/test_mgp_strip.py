@@ -204,3 +204,22 @@ def test_a_clients_own_grants_are_removed_and_nothing_else() -> None:
     assert strip.without_client_grants(params) == {"name": "x", "_meta": {"progressToken": 1}}
     untouched = {"name": "x", "_meta": {"progressToken": 1}}
     assert strip.without_client_grants(untouched) is untouched
+
+
+_result_keys = st.sampled_from(["_mgp", "_mgp.seq", "_meta", "capabilities", "tools", "content", "isError", "_mgpx"])
+
+
+@given(
+    st.dictionaries(_result_keys | _keys, json_values | st.lists(st.dictionaries(_keys, json_values)), max_size=4)
+    | json_values
+)
+def test_strip_result_is_strip_of_the_result(result: Any) -> None:
+    """The quick form for a response's result (gateway/routing/forwarding.py) agrees with the
+    general one, and gives the very same object back when nothing is stripped."""
+    before = copy.deepcopy(result)
+    stripped = strip.strip_result(result)
+    general = strip.strip({"result": result})["result"]
+    assert stripped == general
+    assert result == before
+    if general is result:
+        assert stripped is result
