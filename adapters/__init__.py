@@ -12,6 +12,8 @@ from adapters import mcpc, mcpl, mgp
 from gateway.events import Dialect, Event
 
 _EXTENSIONS = (mcpl, mgp, mcpc)
+# Bound once: ``annotate`` runs on every client message.
+_ANNOTATORS = tuple(module.annotate for module in _EXTENSIONS)
 
 
 def detect_dialects(initialize_params: dict[str, Any]) -> frozenset[Dialect]:
@@ -23,6 +25,6 @@ def detect_dialects(initialize_params: dict[str, Any]) -> frozenset[Dialect]:
 
 
 def annotate(event: Event) -> Event:
-    for module in _EXTENSIONS:
-        module.annotate(event)
+    for annotator in _ANNOTATORS:
+        annotator(event)
     return event

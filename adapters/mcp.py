@@ -25,6 +25,7 @@ CLIENT_CAPABILITY_OF = {
     "roots/list": "roots",
 }
 
+_MCP = Dialect.MCP  # read once: a ``Dialect.X`` read costs about 0.1 µs on Python 3.11
 _SHAPE_KIND = {
     jsonrpc.Shape.REQUEST: Kind.REQUEST,
     jsonrpc.Shape.NOTIFICATION: Kind.NOTIFICATION,
@@ -57,14 +58,7 @@ def context_of(method: str | None, params: dict[str, Any]) -> str | None:
 def decode(message: dict[str, Any], shape: jsonrpc.Shape, *, session: str | None, principal: str | None) -> Event:
     method = message.get("method")
     params = message.get("params")
-    params = params if isinstance(params, dict) else {}
-    return Event(
-        kind=_SHAPE_KIND[shape],
-        method=method,
-        payload=message,
-        dialect=Dialect.MCP,
-        context=context_of(method, params) if method else None,
-        rpc_id=message.get("id"),
-        session=session,
-        principal=principal,
-    )
+    context = context_of(method, params if isinstance(params, dict) else {}) if method else None
+    # Positional, in Event's field order (kind, method, payload, dialect, context, rpc_id,
+    # correlation_id, principal, session): on every message, keywords cost a third more.
+    return Event(_SHAPE_KIND[shape], method, message, _MCP, context, message.get("id"), None, principal, session)

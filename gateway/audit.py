@@ -120,6 +120,7 @@ class AuditLog:
         self.config = config
         self._metrics = metrics
         self._listeners: tuple[Listener, ...] = ()
+        self._counted: dict[str, list[float]] = {}  # outcome -> its switchboard_audit_records_total cell
         self._throttle = _Throttle()
         self._dropped_unreported = 0
         self._closed = False
@@ -148,19 +149,73 @@ class AuditLog:
             for key, value in fields.items():
                 if value is not None and key not in rec:
                     rec[key] = value
-            self._metrics.audit_records.inc((outcome,))
-            if self._queue is not None:
-                if self._closed:
-                    self._dropped(1)
-                else:
-                    self._pending.append(orjson.dumps(rec, default=str, option=_DUMPS_OPTIONS))
-                    if len(self._pending) == 1:
-                        self._hand_off_later()
-            if self._listeners:
-                self._notify(rec)
+            self._emit(outcome, rec)
         except Exception:
             if self._throttle.ready("record"):
                 log.exception("audit record (outcome %r) could not be emitted", outcome)
+
+    def record_request(
+        self,
+        outcome: str,
+        principal: str,
+        dialect: str,
+        action: str,
+        method: str | None,
+        backend: str,
+        session: str,
+        trace_id: str,
+        latency_ms: float,
+        reason: str | None,
+        result: str | None,
+    ) -> None:
+        """The router's record of one client request: the same record as ``record(outcome,
+        principal=..., dialect=..., ..., latency_ms=..., reason=..., result=...)`` (same keys, same
+        order, empty ``reason``/``result`` left out), built without the keyword dict and its loop."""
+        try:
+            rec: AuditRecord = {
+                "ts": rfc3339_ms(time.time()),
+                "outcome": outcome,
+                "principal": principal,
+                "dialect": dialect,
+                "action": action,
+                "method": method,
+                "backend": backend,
+                "session": session,
+                "trace_id": trace_id,
+                "latency_ms": latency_ms,
+            }
+            if method is None:
+                del rec["method"]
+            if reason:
+                rec["reason"] = reason
+            if result:
+                rec["result"] = result
+            self._emit(outcome, rec)
+        except Exception:
+            if self._throttle.ready("record"):
+                log.exception("audit record (outcome %r) could not be emitted", outcome)
+
+    def _emit(self, outcome: str, rec: AuditRecord) -> None:
+        counted = self._counted.get(outcome)
+        if counted is None:  # the counter's live cell for this outcome (a few words: kept)
+            counted = self._counted[outcome] = self._metrics.audit_records.cell((outcome,))
+        counted[0] += 1
+        if self._queue is not None:
+            if self._closed:
+                self._dropped(1)
+            else:
+                self._pending.append(orjson.dumps(rec, default=str, option=_DUMPS_OPTIONS))
+                if len(self._pending) == 1:
+                    self._hand_off_later()
+        listeners = self._listeners
+        if listeners:
+            if len(listeners) == 1:
+                try:
+                    listeners[0](rec)
+                except Exception:
+                    self._listener_failed(listeners[0])
+            else:
+                self._notify(rec)
 
     def _hand_off_later(self) -> None:
         try:
@@ -201,8 +256,12 @@ class AuditLog:
             try:
                 listener(rec)
             except Exception:
-                if self._throttle.ready(f"listener:{id(listener)}"):
-                    log.exception("audit listener %r failed (further failures this minute not logged)", listener)
+                self._listener_failed(listener)
+
+    def _listener_failed(self, listener: Listener) -> None:
+        """Called from an ``except`` block: logs the exception being handled (throttled)."""
+        if self._throttle.ready(f"listener:{id(listener)}"):
+            log.exception("audit listener %r failed (further failures this minute not logged)", listener)
 
     # ---- listeners ---------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 MGP notifications, the dashboard's events).
 
 One strftime per second, not per call: the second's text is cached and replaced whole, so a reader
-in another thread (the log writer) always sees a matching pair.
+in another thread (the log writer) always sees a matching pair. ``rfc3339_ms`` also keeps its last
+millisecond's text (a busy gateway stamps several records per millisecond), replaced whole likewise.
 """
 
 from __future__ import annotations
@@ -31,9 +32,17 @@ class PerSecond:
 
 
 _UTC = PerSecond("%Y-%m-%dT%H:%M:%S")
+_last_ms: tuple[int, str] = (-1, "")
 
 
 def rfc3339_ms(ts: float) -> str:
     """``2026-11-22T10:04:05.123Z``: RFC 3339, UTC, milliseconds."""
+    global _last_ms
+    whole_ms = int(ts * 1000)
+    last = _last_ms
+    if last[0] == whole_ms:
+        return last[1]
     text, ms = _UTC.split(ts)
-    return f"{text}.{ms:03d}Z"
+    stamp = f"{text}.{ms:03d}Z"
+    _last_ms = (whole_ms, stamp)
+    return stamp

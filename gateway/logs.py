@@ -9,7 +9,7 @@ duration_ms, principal, session). ``logging.level`` null means the top-level ``l
 
 Invariants: a record is turned into its final text, request ids included, in the thread that
 logged it (the request's context lives there), then appended to a bounded deque; one thread writes
-it to stderr (a line after a quiet spell at once, then at most every 0.02 s), so a slow stderr never
+it to stderr (a line after a quiet spell at once, then at most every 0.1 s), so a slow stderr never
 blocks the event loop. When 10,000 lines wait, a new one is dropped and counted (said once on
 stderr at exit) rather than waiting.
 stdout is never written to (it carries the listening banner, or JSON-RPC for the stdio door).
@@ -19,8 +19,8 @@ uvicorn's access log stays off.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import logging
+import os
 import sys
 import threading
 import time
@@ -36,7 +36,12 @@ if TYPE_CHECKING:
     from gateway.config import Config
 
 QUEUE_SIZE = 10_000
-_LINGER_S = 0.02  # after a write, how long the writer lets the next lines gather before it looks again
+# After a write, how long the writer lets the next lines gather before it looks again. Each look
+# costs about 100 µs of CPU on a busy gateway (the thread takes the GIL from the loop's thread twice:
+# after its sleep and after its write): 0.1 s made the writer's share 0.4 µs per request instead
+# of 1.4-2.6 with 0.02 s (wrk, 2026-07-28 wire, ~3,000 req/s). 10,000 lines (QUEUE_SIZE) still
+# hold 0.1 s of 100,000 lines a second.
+_LINGER_S = 0.1
 _TEXT_FORMAT = "%(asctime)s %(levelname)s {who}%(name)s: %(message)s"
 # Attributes every LogRecord has: whatever else a record carries came from ``extra=``.
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
@@ -112,11 +117,13 @@ class _Handoff(logging.Handler):
 
 class _Writer(threading.Thread):
     """Writes what gathered when woken. A line after a quiet spell is written at once; after every
-    write the next lines gather for ``_LINGER_S``, so a busy gateway wakes this thread at most about
-    50 times a second, never once per line: each wake-up is a GIL hand-over that slows the event
-    loop's thread more than a line costs. (Lingering only after a large batch was not enough: a
-    writer faster than the lines found one or two at each wake-up and was woken per request, which
-    cost the 2026-07-28 wire about 40 µs per call, bench/RESULTS.md.)"""
+    write the next lines gather for ``_LINGER_S`` and are written without a wake-up, until a look
+    finds nothing: a busy gateway's loop thread never signals this thread (each wake-up costs the
+    loop's thread a lock round and a GIL hand-over), and the thread writes at most about 10 times a
+    second. (Lingering only after a large batch was not enough: a writer faster than the lines found
+    one or two at each wake-up and was woken per request, which cost the 2026-07-28 wire about 40 µs
+    per call, bench/RESULTS.md.) A stream with a file descriptor is written with one ``os.write`` per
+    batch (one GIL release, no text layer); others (a test's StringIO) through ``write``."""
 
     def __init__(self, lines: deque[str], handoff: _Handoff, wake: threading.Event, stream: TextIO) -> None:
         super().__init__(name="switchboard-log-writer", daemon=True)
@@ -124,37 +131,64 @@ class _Writer(threading.Thread):
         self._handoff = handoff
         self._wake = wake
         self._stream = stream
+        self._fd = _fd_of(stream)
+        self._encoding = getattr(stream, "encoding", None) or "utf-8"
         self._stopping = False
 
     def run(self) -> None:
         while True:
             self._wake.wait()
             self._wake.clear()
-            stopping = self._stopping
-            self._handoff.pending = False  # before draining: a line appended after this wakes us again
-            if self._drain() and not stopping:
-                time.sleep(_LINGER_S)  # let the next lines gather: one wake-up for many
-            if stopping:
-                return
+            while True:
+                stopping = self._stopping
+                if self._drain():
+                    if stopping:
+                        return
+                    time.sleep(_LINGER_S)  # let the next lines gather: one write for many
+                    continue
+                if stopping:
+                    return
+                # Quiet: from now on the next line wakes this thread. The flag drops before a last
+                # look, so a line appended meanwhile is either seen here or sets the event.
+                self._handoff.pending = False
+                if not self._lines:
+                    break
 
     def _drain(self) -> int:
-        texts = []
-        with contextlib.suppress(IndexError):
-            while True:
-                texts.append(self._lines.popleft())
+        lines = self._lines
+        # Only this thread takes lines out; others only append: the ones there now can all be taken.
+        texts = [lines.popleft() for _ in range(len(lines))]
         if texts:
             try:
-                self._stream.write("\n".join(texts) + "\n")
-                self._stream.flush()
+                self._write("\n".join(texts) + "\n")
             except Exception:  # a closed or broken stderr: nothing better to tell it to
                 pass
         return len(texts)
+
+    def _write(self, text: str) -> None:
+        if self._fd is None:
+            self._stream.write(text)
+            self._stream.flush()
+            return
+        data = memoryview(text.encode(self._encoding, "backslashreplace"))
+        while data:
+            data = data[os.write(self._fd, data) :]
 
     def finish(self) -> None:
         """Write what is left, then stop."""
         self._stopping = True
         self._wake.set()
         self.join(10)
+
+
+def _fd_of(stream: TextIO) -> int | None:
+    """The stream's file descriptor, flushed of what it buffered; None for a stream without one."""
+    try:
+        fd = stream.fileno()
+        stream.flush()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        return None
+    return fd
 
 
 class AccessLines:
@@ -165,17 +199,21 @@ class AccessLines:
     dict, the handler lock, the formatter); this costs a few. Used once ``configure`` installed the
     handler and the ``switchboard.access`` logger writes info; otherwise the logger is called."""
 
-    __slots__ = ("_handoff", "_json", "_prefix", "_who")
+    __slots__ = ("_handoff", "_prefix", "_who", "json")
 
     def __init__(self, handoff: _Handoff, json: bool, who: str) -> None:
         self._handoff = handoff
-        self._json = json
+        self.json = json  # True: lines are JSON objects with the fields; False: text, the message alone
         self._who = who.strip().strip("[]") or None
         self._prefix = f" INFO {who}{ACCESS_LOGGER}: "
 
+    def write_text(self, message: str) -> None:
+        """A text line (``json`` False), which shows the message alone: no fields to make."""
+        self._handoff.hand_over(_asctime(time.time()) + self._prefix + message)
+
     def write(self, message: str, fields: dict[str, Any]) -> None:
         now = time.time()
-        if not self._json:
+        if not self.json:
             self._handoff.hand_over(_asctime(now) + self._prefix + message)
             return
         line = _json_head(now, "info", ACCESS_LOGGER, message, self._who)
@@ -189,9 +227,20 @@ ACCESS_LOGGER = "switchboard.access"
 _LOCAL = PerSecond("%Y-%m-%d %H:%M:%S", local=True)
 
 
+_last_asctime: tuple[int, str] = (-1, "")
+
+
 def _asctime(ts: float) -> str:
+    """Cached per millisecond (several lines share one); the pair is replaced whole (threads)."""
+    global _last_asctime
+    whole_ms = int(ts * 1000)
+    last = _last_asctime
+    if last[0] == whole_ms:
+        return last[1]
     text, ms = _LOCAL.split(ts)
-    return f"{text},{ms:03d}"
+    stamp = f"{text},{ms:03d}"
+    _last_asctime = (whole_ms, stamp)
+    return stamp
 
 
 _installed: tuple[_Handoff, _Writer] | None = None

@@ -54,10 +54,20 @@ class LoopHistogram:
         # Per label values: the count of each bucket (not cumulative; then +Inf), then the sum.
         self._series: dict[tuple[str, ...], list[float]] = {}
 
-    def observe(self, labels: tuple[str, ...], seconds: float) -> None:
+    @property
+    def bounds(self) -> tuple[float, ...]:
+        return self._bounds
+
+    def series(self, labels: tuple[str, ...]) -> list[float]:
+        """The live list of one label set (made on first use): bucket counts, +Inf, then the sum. A
+        caller that observes one label set often keeps it and updates it itself (``Metrics.observe_call``)."""
         series = self._series.get(labels)
         if series is None:
             series = self._series[labels] = [0] * (len(self._bounds) + 2)
+        return series
+
+    def observe(self, labels: tuple[str, ...], seconds: float) -> None:
+        series = self._series.get(labels) or self.series(labels)
         series[bisect_left(self._bounds, seconds)] += 1
         series[-1] += seconds
 
@@ -89,16 +99,25 @@ class LoopCounter:
         self.name = name
         self._doc = documentation
         self._labels = list(labels)
-        self._values: dict[tuple[str, ...], float] = {}
+        # Per label values, a one-item list: a caller may keep it (``cell``) and add to it in place.
+        self._values: dict[tuple[str, ...], list[float]] = {}
+
+    def cell(self, labels: tuple[str, ...]) -> list[float]:
+        """The live one-item list holding the value of one label set (made on first use)."""
+        cell = self._values.get(labels)
+        if cell is None:
+            cell = self._values[labels] = [0.0]
+        return cell
 
     def inc(self, labels: tuple[str, ...], amount: float = 1.0) -> None:
-        self._values[labels] = self._values.get(labels, 0.0) + amount
+        cell = self._values.get(labels) or self.cell(labels)
+        cell[0] += amount
 
     def describe(self) -> Iterator[CounterMetricFamily]:
         yield CounterMetricFamily(self.name, self._doc, labels=self._labels)
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         family = CounterMetricFamily(self.name, self._doc, labels=self._labels)
-        for labels, value in list(self._values.items()):
-            family.add_metric(list(labels), value)
+        for labels, cell in list(self._values.items()):
+            family.add_metric(list(labels), cell[0])
         yield family

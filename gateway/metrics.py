@@ -1,7 +1,13 @@
-"""Prometheus metrics, in a registry per gateway instance (tests run several side by side)."""
+"""Prometheus metrics, in a registry per gateway instance (tests run several side by side).
+
+A handled client request is one ``observe_call``: the request counter, its duration histogram and
+the MCP server-duration histogram, updated through the live cells of its label set, found with one
+dict lookup (``_CallCells``). Same series and values as ``observe_request`` + ``observe_server``.
+"""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -159,6 +165,33 @@ class Metrics:
         )
         r.register(self.mcp_server_duration)
         r.register(self.mcp_client_duration)
+        # (method, backend, outcome, error_type) -> the live cells ``observe_call`` updates. Bounded
+        # as the series are: known methods or ``other``, configured backends, outcome words, codes.
+        self._calls: dict[tuple[str, str, str, str], _CallCells] = {}
+        self._latency_bounds = self.latency.bounds
+        self._server_bounds = self.mcp_server_duration.bounds
+
+    def observe_call(self, method: str, backend: str, outcome: str, error_type: str, seconds: float) -> None:
+        """One client request answered: ``observe_request(method, backend, outcome, seconds)`` and
+        ``observe_server(method, error_type, seconds)`` in one dict lookup."""
+        cells = self._calls.get((method, backend, outcome, error_type))
+        if cells is None:
+            cells = self._call_cells(method, backend, outcome, error_type)
+        count, latency, server = cells
+        count[0] += 1
+        latency[bisect_left(self._latency_bounds, seconds)] += 1
+        latency[-1] += seconds
+        server[bisect_left(self._server_bounds, seconds)] += 1
+        server[-1] += seconds
+
+    def _call_cells(self, method: str, backend: str, outcome: str, error_type: str) -> _CallCells:
+        cells = (
+            self.requests.cell((method, backend, outcome)),
+            self.latency.series((method, backend)),
+            self.mcp_server_duration.series((method, error_type)),
+        )
+        self._calls[(method, backend, outcome, error_type)] = cells
+        return cells
 
     def observe_server(self, method: str, error_type: str, seconds: float) -> None:
         """One client request answered (``method``: a known method or ``other``; ``error_type``: "" if ok)."""
@@ -180,6 +213,10 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+# The request counter's cell, the duration histogram's series, the server-duration histogram's series.
+_CallCells = tuple[list[float], list[float], list[float]]
 
 
 class _BusStats:

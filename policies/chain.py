@@ -8,10 +8,10 @@ shared state on the bus (rate limits across replicas).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from gateway.events import Dialect, Event
 from policies.principal import Principal
@@ -55,13 +55,15 @@ class Decision:
 ALLOW = Decision(True)
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
+class Target(NamedTuple):
     """What a request resolved to: the backend, the backend's own name, and the catalog item.
 
     ``facts`` carries what routing learned that a dispatch decision needs and the event cannot say
     (MCPL: the feature sets a backend declared and a session enabled, the scope patterns in force),
     keyed by the policy that reads them. Policies stay pure functions of event, principal and target.
+
+    Immutable like a frozen dataclass, but made in a third of the time (one per routed call and per
+    listed item): a frozen dataclass sets each field through ``object.__setattr__``.
     """
 
     backend: str
@@ -80,9 +82,9 @@ class Policy(Protocol):
       asked only when the target carries that key.
     - ``methods``: for an admission member, the frozenset of methods it decides; it is not asked
       about any other.
-    - ``idle``: for a dispatch member whose opinion depends on state that is usually empty (no
-      access entries, no backend draining), a no-argument callable that says it has nothing to
-      decide now; it is then skipped (a call costs far less than awaiting the member).
+    - ``idle``: for a member whose opinion depends on state that is usually empty (no access
+      entries, no backend draining, no rate limit configured), a no-argument callable that says it
+      has nothing to decide now; it is then skipped (a call costs far less than awaiting the member).
     """
 
     name: str
@@ -107,26 +109,41 @@ def _decides(policy: Policy, dialect: Dialect) -> bool:
     return dialects is None or dialect in dialects
 
 
+# A dispatch member with what lets the chain skip it: (policy, facts_key, idle).
+_DispatchMember = tuple[Policy, str | None, Callable[[], bool] | None]
+
+
 class PolicyChain:
+    """The members in their configured order; per dialect (the enum is small and fixed), the tuples of
+    members that decide its events are computed once, so a request walks only those."""
+
     def __init__(self, policies: Sequence[Policy]) -> None:
         self.policies = tuple(policies)
         admission = [p for p in self.policies if p.stage == "admission"]
-        # Per dialect, the admission members that decide its events (the enum is small and fixed).
+        # Per dialect, the admission members that decide its events.
         self._admission = {
-            d: tuple((p, getattr(p, "methods", None)) for p in admission if _decides(p, d)) for d in Dialect
+            d: tuple((p, getattr(p, "methods", None), getattr(p, "idle", None)) for p in admission if _decides(p, d))
+            for d in Dialect
         }
-        self._dispatch = tuple(
-            (p, getattr(p, "facts_key", None), getattr(p, "dialects", None), getattr(p, "idle", None))
-            for p in self.policies
-            if p.stage == "dispatch"
-        )
-        self.has_dispatch = bool(self._dispatch)
+        dispatch = [p for p in self.policies if p.stage == "dispatch"]
+        # Per dialect, its dispatch members; and those of them asked when a target carries no facts
+        # (members fed only through facts have no opinion then). Order is kept in both.
+        self._dispatch: dict[Dialect, tuple[_DispatchMember, ...]] = {
+            d: tuple((p, getattr(p, "facts_key", None), getattr(p, "idle", None)) for p in dispatch if _decides(p, d))
+            for d in Dialect
+        }
+        self._dispatch_factless = {
+            d: tuple(member for member in members if member[1] is None) for d, members in self._dispatch.items()
+        }
+        self.has_dispatch = bool(dispatch)
         self._visibility = tuple(p for p in self.policies if isinstance(p, Visibility))
 
     async def admit(self, event: Event, principal: Principal) -> Decision:
-        for policy, methods in self._admission[event.dialect]:
+        for policy, methods, idle in self._admission[event.dialect]:
             if methods is not None and event.method not in methods:
                 continue  # a member that decides other methods only
+            if idle is not None and idle():
+                continue  # nothing to decide now (e.g. no rate limit configured)
             decision = await policy.check(event, principal, None)
             if decision is not None and not decision.allowed:
                 return decision
@@ -134,13 +151,19 @@ class PolicyChain:
 
     async def dispatch(self, event: Event, principal: Principal, target: Target) -> Decision:
         facts = target.facts
-        for policy, facts_key, dialects, idle in self._dispatch:
-            if facts_key is not None and (facts is None or facts_key not in facts):
+        if not facts:
+            for policy, _, idle in self._dispatch_factless[event.dialect]:
+                if idle is not None and idle():
+                    continue  # nothing to decide now (e.g. an empty access table)
+                decision = await policy.check(event, principal, target)
+                if decision is not None and not decision.allowed:
+                    return decision
+            return ALLOW
+        for policy, facts_key, idle in self._dispatch[event.dialect]:
+            if facts_key is not None and facts_key not in facts:
                 continue  # fed only through facts this target does not carry: no opinion
-            if dialects is not None and event.dialect not in dialects:
-                continue
             if idle is not None and idle():
-                continue  # nothing to decide now (e.g. an empty access table)
+                continue
             decision = await policy.check(event, principal, target)
             if decision is not None and not decision.allowed:
                 return decision

@@ -150,6 +150,11 @@ class PinStore:
                 return current
         return raw.decode()
 
+    @property
+    def has_pending(self) -> bool:
+        """Whether any tool's changed definition awaits approval (in any mode)."""
+        return bool(self._pending)
+
     def is_hidden(self, backend: str, name: str) -> bool:
         """True in mode "enforce" while the tool's definition differs from its pin, unapproved."""
         return self.mode == "enforce" and (backend, name) in self._pending
@@ -218,6 +223,10 @@ class PinningPolicy:
         if target is None or target.name is None or not action.startswith("mcp/request:tools/call:"):
             return True
         return not self.store.is_hidden(target.backend, target.name)
+
+    def idle(self) -> bool:
+        """Nothing awaits approval (the usual state): the chain skips this member (policies/chain.py)."""
+        return self.store.mode != "enforce" or not self.store.has_pending
 
     async def check(self, event: Event, principal: Principal, target: Target | None = None) -> Decision | None:
         if target is None or event.method != "tools/call":

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 _ERROR_LOG_INTERVAL_S = 60.0
 _TOOL_CACHE_SIZE = 4096
+_REQUEST = Kind.REQUEST  # read once: a ``Kind.X`` read costs about 0.1 µs on Python 3.11
 
 
 def _key_part(value: str) -> str:
@@ -65,6 +66,13 @@ class RateLimitPolicy:
         # Tool names come from clients: the cache is cleared rather than allowed to grow.
         self._tool_buckets: dict[str, Bucket | None] = {}
         self._last_error_log = -math.inf
+        # No bucket at all: no request could be refused or counted, so the chain need not ask
+        # (rate_limits is fixed for the process: changing it takes a restart).
+        self._unlimited = not (config.per_principal or config.principals or self._tool_patterns)
+
+    def idle(self) -> bool:
+        """Nothing to decide: no bucket is configured (the chain then skips this member)."""
+        return self._unlimited
 
     def tool_bucket(self, tool: str) -> Bucket | None:
         """The per_tool bucket governing ``tool``, or None."""
@@ -79,19 +87,19 @@ class RateLimitPolicy:
         return bucket
 
     async def check(self, event: Event, principal: Principal, target: Target | None = None) -> Decision | None:
-        if event.kind is not Kind.REQUEST:
+        if event.kind is not _REQUEST:
             return None
-        who = _key_part(principal.name)
         tool = event.context
         if event.method == "tools/call" and tool and self._tool_patterns:
             bucket = self.tool_bucket(tool)
             if bucket is not None:
+                who = _key_part(principal.name)
                 denial = await self._take(f"rl:t:{who}:{tool}", bucket, f"tool {tool!r} (principal {principal.name!r})")
                 if denial is not None:
                     return denial
         bucket = self.config.principals.get(principal.name) or self.config.per_principal
         if bucket is not None:
-            return await self._take(f"rl:p:{who}", bucket, f"principal {principal.name!r}")
+            return await self._take(f"rl:p:{_key_part(principal.name)}", bucket, f"principal {principal.name!r}")
         return None
 
     async def _take(self, key: str, bucket: Bucket, what: str) -> Decision | None:

@@ -106,14 +106,27 @@ def access_line(
     reason: str | None,
     result: str | None,
 ) -> None:
-    """One access log line per client request (logger ``switchboard.access``, level info)."""
+    """One access log line per client request (logger ``switchboard.access``, level info).
+
+    The text line is made here once; the JSON fields only when a JSON line or a logging record
+    needs them (the default text format writes the message alone)."""
     method = event.method or "unknown"
+    principal = session.principal.name
+    shown_result = f" result={result}" if result is not None and result != "ok" else ""
+    message = (
+        f"{method} backend={backend} outcome={outcome}{shown_result} {latency_ms:.3f}ms "
+        f"principal={principal} session={session.id[:8]}"
+    )
+    fast = logs.access_lines()
+    if fast is not None and not fast.json:
+        fast.write_text(message)
+        return
     fields: dict[str, Any] = {
         "method": method,
         "backend": backend,
         "outcome": outcome,
         "duration_ms": latency_ms,
-        "principal": session.principal.name,
+        "principal": principal,
         "session": session.id,
     }
     if result is not None:
@@ -122,13 +135,6 @@ def access_line(
         fields["reason"] = reason
     if event.rpc_id is not None:
         fields["rpc_id"] = event.rpc_id
-    shown_result = f" result={result}" if result is not None and result != "ok" else ""
-    principal = fields["principal"]
-    message = (
-        f"{method} backend={backend} outcome={outcome}{shown_result} {latency_ms:.3f}ms "
-        f"principal={principal} session={session.id[:8]}"
-    )
-    fast = logs.access_lines()
     if fast is not None:
         fast.write(message, fields)
     else:

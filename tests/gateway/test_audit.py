@@ -50,6 +50,50 @@ def test_timestamps_are_rfc3339_utc_with_milliseconds() -> None:
     assert rfc3339_ms(1_700_000_000.1239) == "2023-11-14T22:13:20.123Z"
 
 
+def test_the_millisecond_cache_never_serves_another_millisecond() -> None:
+    assert rfc3339_ms(1_700_000_000.1231) == "2023-11-14T22:13:20.123Z"
+    assert rfc3339_ms(1_700_000_000.1239) == "2023-11-14T22:13:20.123Z"  # the same millisecond, cached
+    assert rfc3339_ms(1_700_000_000.1241) == "2023-11-14T22:13:20.124Z"
+    assert rfc3339_ms(1_700_000_001.1241) == "2023-11-14T22:13:21.124Z"  # same ms digits, next second
+    assert rfc3339_ms(1_700_000_000.1231) == "2023-11-14T22:13:20.123Z"  # back in time
+
+
+async def test_the_routers_record_is_the_same_as_a_keyword_record() -> None:
+    seen: list[dict[str, Any]] = []
+    audit = AuditLog(AuditConfig(), Metrics())
+    audit.add_listener(seen.append)
+    fields = {
+        "principal": "alice",
+        "dialect": "mcp",
+        "action": "mcp/request:tools/call:echo",
+        "method": "tools/call",
+        "backend": "demo",
+        "session": "abcd1234",
+        "trace_id": "t-1",
+        "latency_ms": 1.5,
+    }
+    for method, reason, result in [("tools/call", None, "ok"), ("tools/call", "no", None), (None, "", "error")]:
+        keywords: dict[str, Any] = {**fields, "method": method, "reason": reason or None, "result": result}
+        audit.record("allowed", **keywords)
+        audit.record_request(
+            "allowed",
+            "alice",
+            "mcp",
+            "mcp/request:tools/call:echo",
+            method,
+            "demo",
+            "abcd1234",
+            "t-1",
+            1.5,
+            reason,
+            result,
+        )
+        by_keywords, by_router = seen[-2], seen[-1]
+        by_keywords.pop("ts"), by_router.pop("ts")
+        assert list(by_router.items()) == list(by_keywords.items())  # same keys, same order
+    await audit.close()
+
+
 async def test_records_land_as_json_lines_with_their_fields(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     metrics = Metrics()

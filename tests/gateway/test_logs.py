@@ -107,6 +107,48 @@ def test_a_stuck_stderr_never_makes_the_logger_wait(capsys: pytest.CaptureFixtur
     assert "switchboard: 500 log lines dropped" in capsys.readouterr().err
 
 
+def test_a_stream_with_a_file_descriptor_gets_every_line_in_order(tmp_path: Any) -> None:
+    path = tmp_path / "stderr.log"
+    with open(path, "w", encoding="utf-8") as stream:
+        configured(stream, level="info")
+        access = logs.access_lines()
+        assert access is not None and not access.json
+        log = logging.getLogger("switchboard.test")
+        for i in range(300):
+            log.info("line %d é \udcff", i)  # not ASCII, and a lone surrogate (written escaped)
+            access.write_text(f"access {i}")
+            if i % 50 == 0:
+                time.sleep(0.03)  # quiet spells: the writer goes idle and is woken again
+        logs.shutdown()
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 600
+    assert [line.rsplit(": ", 1)[1] for line in lines[:2]] == ["line 0 é \\udcff", "access 0"]
+    assert lines[-1].endswith("switchboard.access: access 299")
+
+
+def test_a_busy_writer_is_not_woken_per_line() -> None:
+    stream = io.StringIO()
+    configured(stream, level="info")
+    handler, _ = logs._installed  # type: ignore[misc]
+    wake = handler._wake
+    woken = 0
+    real_set = wake.set
+
+    def counting_set() -> None:
+        nonlocal woken
+        woken += 1
+        real_set()
+
+    wake.set = counting_set  # type: ignore[method-assign]
+    log = logging.getLogger("switchboard.test")
+    for i in range(200):
+        log.info("line %d", i)
+        time.sleep(0.001)
+    lines = written(stream)
+    assert len(lines) == 200
+    assert woken <= 5, f"woken {woken} times for 200 lines: it gathers while lines keep coming"
+
+
 async def test_a_gateway_writes_json_lines_with_session_and_trace_ids() -> None:
     config = {"backends": {"demo": {"transport": "builtin", "required": True}}, "logging": {"format": "json"}}
     trace_id = "5bf92f3577b34da6a3ce929d0e0e4736"

@@ -52,3 +52,35 @@ def test_the_gateways_request_metrics_are_scraped() -> None:
     assert 'switchboard_requests_total{backend="gateway",method="tools/call",outcome="denied"} 1.0' in text
     assert 'switchboard_request_duration_seconds_bucket{backend="echo",le="0.0025",method="tools/call"} 1.0' in text
     assert 'switchboard_request_duration_seconds_count{backend="gateway"' not in text, "a refusal has no latency"
+
+
+def test_observe_call_is_observe_request_and_observe_server_in_one() -> None:
+    one, two = Metrics(), Metrics()
+    for method, backend, outcome, error_type, seconds in [
+        ("tools/call", "echo", "ok", "", 0.002),
+        ("tools/call", "echo", "ok", "", 0.0004),
+        ("tools/call", "echo", "error", "-32601", 0.3),
+        ("other", "gateway", "denied", "-32093", 12.0),
+        ("tools/call", "echo", "ok", "tool_error", 0.001),
+    ]:
+        one.observe_call(method, backend, outcome, error_type, seconds)
+        two.observe_request(method, backend, outcome, seconds)
+        two.observe_server(method, error_type, seconds)
+
+    def exposed(metrics: Metrics) -> list[str]:  # without the counters' creation times
+        return [line for line in metrics.render().decode().splitlines() if "_created" not in line]
+
+    assert exposed(one) == exposed(two)
+    assert 'switchboard_requests_total{backend="echo",method="tools/call",outcome="ok"} 3.0' in exposed(one)
+
+
+def test_counter_cells_and_histogram_series_are_the_live_values() -> None:
+    requests = LoopCounter("switchboard_requests_total", "doc", ["method"])
+    cell = requests.cell(("ping",))
+    cell[0] += 2
+    requests.inc(("ping",))
+    assert requests.cell(("ping",)) is cell and cell[0] == 3.0
+    durations = LoopHistogram("d", "doc", ["method"])
+    series = durations.series(("ping",))
+    durations.observe(("ping",), 0.003)
+    assert durations.series(("ping",)) is series and series[-1] == 0.003 and sum(series[:-1]) == 1

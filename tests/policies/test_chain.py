@@ -321,3 +321,32 @@ async def test_the_chain_asks_a_member_about_its_methods_only() -> None:
     grant = Event(kind=Kind.REQUEST, method="mgp/access/grant", payload={}, context=None)
     await chain.admit(grant, principal)
     assert admin.asked == 1
+
+
+async def test_an_idle_admission_member_is_skipped_too() -> None:
+    state = {"idle": True}
+    gated = _Asked("gated", "admission", idle=lambda: state["idle"])
+    chain = PolicyChain([gated])  # type: ignore[list-item]
+    principal = Principal("p", CapabilitySet(["*"]))
+    await chain.admit(event(Kind.REQUEST), principal)
+    assert gated.asked == 0
+    state["idle"] = False
+    await chain.admit(event(Kind.REQUEST), principal)
+    assert gated.asked == 1
+
+
+@pytest.mark.parametrize("facts", [None, {}, {"fed": 1}])
+async def test_dispatch_keeps_the_order_with_or_without_facts(facts: dict[str, int] | None) -> None:
+    first = Recorder("first", Decision(False, "first", 1, "no"), stage="dispatch")
+    fed = Recorder("fed", Decision(False, "fed", 2, "no"), stage="dispatch")
+    fed.facts_key = "fed"  # type: ignore[attr-defined]
+    chain = PolicyChain([fed, first])  # type: ignore[list-item]
+    decision = await chain.dispatch(event(Kind.REQUEST), principal("*"), Target("b", facts=facts))
+    assert decision.policy == ("fed" if facts else "first"), "the first member with an opinion decides"
+
+
+def test_a_target_is_immutable_and_positional() -> None:
+    target = Target("b", "echo")
+    assert (target.backend, target.name, target.item, target.facts) == ("b", "echo", None, None)
+    with pytest.raises(AttributeError):
+        target.backend = "c"  # type: ignore[misc]

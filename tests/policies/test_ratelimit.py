@@ -257,3 +257,10 @@ async def test_replicas_share_buckets_through_redis(redis_url: str) -> None:
     finally:
         await one.close()
         await two.close()
+
+
+async def test_the_chain_skips_the_policy_when_no_bucket_is_configured(bus: Bus) -> None:
+    assert RateLimitPolicy(RateLimits(), bus).idle()
+    assert not RateLimitPolicy(limits(per_principal=SLOW), bus).idle()
+    assert not RateLimitPolicy(limits(principals={"bob": SLOW}), bus).idle()
+    assert not RateLimitPolicy(limits(per_tool={"*": SLOW}), bus).idle()
