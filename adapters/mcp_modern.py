@@ -12,8 +12,7 @@ import base64
 import binascii
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from adapters.mcp import LEGACY_VERSIONS
 
@@ -94,6 +93,8 @@ def encode_header_value(value: str) -> str:
 
 def decode_header_value(value: str) -> str | None:
     """The header's text; None for a malformed base64 form (which then matches nothing)."""
+    if not value.startswith("=?"):
+        return value  # the plain form (the common case): no base64 form starts otherwise
     match = _B64.fullmatch(value)
     if match is None:
         return value
@@ -122,7 +123,8 @@ def render_scalar(value: Any) -> str | None:
 # Schemas are walked once each: a tool's schema object lives as long as its backend's cached
 # tools/list, and every modern tools/call would walk it again. Keyed by identity; the entry keeps
 # the schema alive so its id cannot be reused while cached.
-_PATHS_CACHE: dict[int, tuple[Any, dict[tuple[str, ...], str]]] = {}
+# The entry also holds the tokens lowercased (as ASGI header names are) for check_param_headers.
+_PATHS_CACHE: dict[int, tuple[Any, dict[tuple[str, ...], str], dict[str, tuple[str, ...]]]] = {}
 _PATHS_CACHE_MAX = 4096
 
 
@@ -132,14 +134,19 @@ def param_header_paths(input_schema: Any) -> dict[tuple[str, ...], str]:
     Only properties reached from the root through plain ``properties`` chains count, as the spec
     requires; anything else is not a declared header. The result is shared: do not change it.
     """
+    return _param_headers_of(input_schema)[1]
+
+
+def _param_headers_of(input_schema: Any) -> tuple[Any, dict[tuple[str, ...], str], dict[str, tuple[str, ...]]]:
     cached = _PATHS_CACHE.get(id(input_schema))
     if cached is not None and cached[0] is input_schema:
-        return cached[1]
+        return cached
     found = _walk_param_headers(input_schema)
     if len(_PATHS_CACHE) >= _PATHS_CACHE_MAX:
         _PATHS_CACHE.clear()
-    _PATHS_CACHE[id(input_schema)] = (input_schema, found)
-    return found
+    entry = (input_schema, found, {token.lower(): path for path, token in found.items()})
+    _PATHS_CACHE[id(input_schema)] = entry
+    return entry
 
 
 def _walk_param_headers(input_schema: Any) -> dict[tuple[str, ...], str]:
@@ -182,9 +189,9 @@ def param_headers(input_schema: Any, arguments: Any) -> dict[str, str]:
 # ---- validating a modern request --------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Envelope:
-    """What a modern request says about its client, from ``params._meta``."""
+class Envelope(NamedTuple):
+    """What a modern request says about its client, from ``params._meta`` (a named tuple: one is
+    made per modern request, and a frozen dataclass costs four ``object.__setattr__`` to make)."""
 
     version: str
     capabilities: dict[str, Any]
@@ -208,7 +215,7 @@ def read_envelope(message: dict[str, Any], header_version: str | None = None) ->
             HEADER_MISMATCH,
             f"MCP-Protocol-Version header {header_version!r} does not match _meta protocol version {version!r}",
         )
-    if not is_modern_version(version):
+    if version not in MODERN_VERSIONS:  # is_modern_version: only a string equals one
         raise ModernRejection(
             400,
             UNSUPPORTED_PROTOCOL_VERSION,
@@ -220,28 +227,38 @@ def read_envelope(message: dict[str, Any], header_version: str | None = None) ->
         raise ModernRejection(400, -32602, f"Invalid params: _meta[{CLIENT_CAPABILITIES_KEY!r}] must be an object")
     info = meta.get(CLIENT_INFO_KEY)
     level = meta.get(LOG_LEVEL_KEY)
-    return Envelope(
-        version, capabilities, info if isinstance(info, dict) else {}, level if isinstance(level, str) else None
+    # tuple.__new__: the named tuple's own __new__ is a Python function, and one envelope is read per request.
+    return _new_tuple(
+        Envelope,
+        (version, capabilities, info if isinstance(info, dict) else {}, level if isinstance(level, str) else None),
     )
+
+
+_new_tuple = tuple.__new__
 
 
 def check_headers(headers: Mapping[str, str], message: dict[str, Any], envelope: Envelope) -> None:
     """The routing headers must agree with the body (else 400, -32020). Values are compared after
     removing the optional whitespace HTTP allows around a field value."""
+    check_routing(message, headers.get("mcp-method"), headers.get("mcp-name"))
+
+
+def check_routing(message: dict[str, Any], header_method: str | None, header_name: str | None) -> None:
+    """:func:`check_headers` given the ``Mcp-Method`` and ``Mcp-Name`` headers' values (None: absent)."""
     method = message.get("method")
-    header_method = _field(headers, "mcp-method")
     if header_method is None:
         raise ModernRejection(400, HEADER_MISMATCH, "Mcp-Method header is required")
+    header_method = header_method.strip(" \t")
     if header_method != method:
         raise ModernRejection(400, HEADER_MISMATCH, f"Mcp-Method header {header_method!r} does not match {method!r}")
-    field = NAME_FIELD.get(str(method))
+    field = NAME_FIELD.get(method)  # a string: it equals the header's
     if field is not None:
         params = message.get("params") or {}
         target = params.get(field) if isinstance(params, dict) else None
-        header_name = _field(headers, "mcp-name")
         if header_name is None:
             raise ModernRejection(400, HEADER_MISMATCH, f"Mcp-Name header is required for {method}")
-        decoded = decode_header_value(header_name)
+        header_name = header_name.strip(" \t")
+        decoded = header_name if not header_name.startswith("=?") else decode_header_value(header_name)
         # A malformed base64 form (None) matches nothing, not even an absent params field.
         if decoded is None or decoded != target:
             raise ModernRejection(400, HEADER_MISMATCH, f"Mcp-Name header does not match params.{field}")
@@ -254,8 +271,9 @@ def _field(headers: Mapping[str, str], name: str) -> str | None:
 
 def check_param_headers(headers: Mapping[str, str], input_schema: Any, arguments: Any) -> None:
     """Every ``x-mcp-header`` argument must be mirrored exactly; no undeclared ``Mcp-Param-*`` may appear."""
-    declared = param_header_paths(input_schema)
-    expected = {token.lower(): path for path, token in declared.items()}
+    expected = _param_headers_of(input_schema)[2]
+    if not expected and not headers:
+        return  # the common case: nothing declared, nothing sent
     for name in headers:
         if not name.startswith(PARAM_HEADER_PREFIX):
             continue
@@ -282,9 +300,12 @@ def stamp_result(method: str | None, result: Any) -> Any:
     """Every modern result names its type; cacheable ones carry caching hints."""
     if not isinstance(result, dict):
         return result
-    stamped = result if "resultType" in result else {**result, "resultType": "complete"}
-    if stamped.get("resultType") == "input_required":
-        return stamped  # an interim answer is never cacheable
+    if "resultType" not in result:
+        stamped = {**result, "resultType": "complete"}
+    elif result["resultType"] == "input_required":
+        return result  # an interim answer is never cacheable
+    else:
+        stamped = result
     if method in CACHEABLE and ("ttlMs" not in stamped or "cacheScope" not in stamped):
         stamped = {"ttlMs": DEFAULT_TTL_MS, "cacheScope": "private", **stamped}
     return stamped
@@ -315,6 +336,20 @@ def envelope_meta(
 
 ENVELOPE_KEYS = frozenset({PROTOCOL_VERSION_KEY, CLIENT_CAPABILITIES_KEY, CLIENT_INFO_KEY, LOG_LEVEL_KEY})
 """The client envelope's keys in ``_meta``: a handshake-era server refuses a request that carries them."""
+
+
+def detach_envelope(message: dict[str, Any]) -> None:
+    """Take the client envelope out of a modern request that :func:`read_envelope` accepted (so
+    ``params._meta`` is an object): it told the gateway about its client, and goes no further. A
+    legacy backend must not see it, a modern one gets the gateway's own per request
+    (:func:`stamp_request`). A ``_meta`` left empty goes too. Changes ``message`` in place: the
+    door's own parse of the body."""
+    params = message["params"]
+    meta = params["_meta"]
+    if ENVELOPE_KEYS.issuperset(meta):
+        del params["_meta"]  # the common case: nothing but the envelope
+    else:
+        params["_meta"] = {key: value for key, value in meta.items() if key not in ENVELOPE_KEYS}
 
 
 def without_envelope(meta: dict[str, Any]) -> dict[str, Any]:

@@ -11,11 +11,19 @@ gateway translates where the client speaks the other era:
   wrapped so that the client cannot alter or replay it.
 - **Legacy client**: a modern backend's ``input_required`` becomes real requests on the call's own
   stream, and the call is retried with the answers, at most ``MAX_INPUT_ROUNDS`` times.
+
+A modern client's call toward a legacy backend runs in a task of its own only when the client could
+be asked something (it declared sampling, elicitation or roots): only then may the call have to be
+parked, outliving the exchange. A client that declared none of them is never asked (a backend's
+request to it is refused at once, gateway/routing/backend_events.py), so its call is awaited in the
+exchange's own task, and such a request only interrupts it with -32021, as the parking path does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from adapters import mcp_modern
@@ -34,6 +42,18 @@ if TYPE_CHECKING:
 
 # How many input_required rounds a modern backend may ask for one call.
 MAX_INPUT_ROUNDS = 16
+# The client capabilities a backend's request for input needs (a client with none is never asked).
+_ASKABLE = frozenset(CLIENT_CAPABILITY_OF.values())
+_UNASKABLE = "the client lacks a capability this request needs"
+
+
+def _missing_capabilities(session: ClientSession) -> jsonrpc.RpcError:
+    missing = sorted(set(session.missing_capabilities))
+    return jsonrpc.RpcError(
+        mcp_modern.MISSING_REQUIRED_CLIENT_CAPABILITY,
+        f"this request needs the client capabilities {missing}, which the request did not declare",
+        {"requiredCapabilities": {name: {} for name in missing}},
+    )
 
 
 class EraBridge:
@@ -43,26 +63,76 @@ class EraBridge:
 
     # ---- toward a modern client --------------------------------------------------------------
 
-    async def for_modern_client(
+    def for_modern_client(
         self,
         call: Call,
         backend: str,
         conn: BackendConnection,
         params: dict[str, Any] | None,
         stream_sink: CallSink | None = None,
-    ) -> dict[str, Any]:
+    ) -> Coroutine[Any, Any, dict[str, Any]]:
         """A modern client: requests for input become ``input_required`` results, never requests.
 
         ``stream_sink``: an MGP streamed call's (§12, gateway/mgp/streaming.py); it then owns the
         call upstream, so chunks and progress reach the exchange's stream under the client's id. A
-        resumed (parked) call keeps the sink it was parked with."""
+        resumed (parked) call keeps the sink it was parked with. (Not a coroutine of its own: one
+        await layer less on every call.)"""
+        if (
+            conn.era == "modern"
+            or not _ASKABLE.isdisjoint(call.session.client_capabilities)
+            or (params is not None and ("requestState" in params or "inputResponses" in params))
+        ):
+            return self._through_mrtr(call, backend, conn, params, stream_sink)
+        return self._unaskable(call, backend, conn, params, stream_sink)
+
+    @staticmethod
+    async def _unaskable(
+        call: Call,
+        backend: str,
+        conn: BackendConnection,
+        params: dict[str, Any] | None,
+        stream_sink: CallSink | None,
+    ) -> dict[str, Any]:
+        """A new call of a client that can never be asked, to a legacy backend: awaited in this task.
+        A backend's request that needs a capability the client lacks ends it at once (the backend is
+        told the call is cancelled) and the client gets -32021, as on the parking path."""
+        session, event = call.session, call.event
+        rpc_id, method = event.rpc_id, event.method or ""
+        if stream_sink is None:
+            pending = conn.begin(method, params or None, CallSink(session, call.channel))
+        else:
+            pending = conn.begin(method, params or None, stream_sink)
+            stream_sink.began(conn, pending)
+        session.inflight[rpc_id] = (conn, pending)
+        signal = session.input_ready = InputSignal(functools.partial(conn.cancel, pending, _UNASKABLE))
+        try:
+            response = await conn.call(pending)
+        finally:
+            session.input_ready = None
+            session.inflight.pop(rpc_id, None)
+        if signal.interrupted:
+            raise _missing_capabilities(session)
+        return finish(session, rpc_id, backend, method, response)
+
+    async def _through_mrtr(
+        self,
+        call: Call,
+        backend: str,
+        conn: BackendConnection,
+        params: dict[str, Any] | None,
+        stream_sink: CallSink | None,
+    ) -> dict[str, Any]:
+        """A call to a modern backend (MRTR passes through), the retry of a call that needed input,
+        or a call that may have to be parked (its client can be asked)."""
         session, event, channel = call.session, call.event, call.channel
         method = event.method or ""
         parking = self._parking
         principal = session.principal.name
-        state = (params or {}).get("requestState")
-        responses = (params or {}).get("inputResponses")
-        clean = {k: v for k, v in (params or {}).items() if k not in ("requestState", "inputResponses")}
+        state = responses = None
+        clean = params or {}
+        if "requestState" in clean or "inputResponses" in clean:
+            state, responses = clean.get("requestState"), clean.get("inputResponses")
+            clean = {k: v for k, v in clean.items() if k not in ("requestState", "inputResponses")}
         if conn.era == "modern":
             # Both ends speak MRTR: pass it through, with the backend's state wrapped and bound.
             forward = dict(clean)
@@ -150,12 +220,7 @@ class EraBridge:
         if session.missing_capabilities:
             task.cancel()
             session.inflight.pop(client_id, None)
-            missing = sorted(set(session.missing_capabilities))
-            raise jsonrpc.RpcError(
-                mcp_modern.MISSING_REQUIRED_CLIENT_CAPABILITY,
-                f"this request needs the client capabilities {missing}, which the request did not declare",
-                {"requiredCapabilities": {name: {} for name in missing}},
-            )
+            raise _missing_capabilities(session)
         await asyncio.sleep(0)  # let requests the backend sent together arrive together
         keys: dict[str, str] = {}
         requests: dict[str, Any] = {}

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 import secrets
 import time
 from collections import OrderedDict
@@ -34,6 +35,9 @@ log = logging.getLogger(__name__)
 
 _MAX_KEPT_STREAMS = 64
 _REPLICA_TAG = secrets.token_hex(2)
+# Immutable defaults every session starts with, built once (a frozen dataclass costs ~1 µs to make).
+_MCP_ONLY: frozenset[Dialect] = frozenset({Dialect.MCP})
+_ANONYMOUS = Credentials("anonymous", "anonymous")
 
 
 def level_rank(level: str | None) -> int:
@@ -60,14 +64,24 @@ class Outgoing:
 
 class InputSignal:
     """Wakes whoever waits for a modern session's input requests (gateway/eras.py): a plain future
-    per wait, where an ``asyncio.Event`` would need a task per wait to race it against the call."""
+    per wait, where an ``asyncio.Event`` would need a task per wait to race it against the call.
 
-    __slots__ = ("_waiting",)
+    With ``interrupt``, the first ``set`` also calls it (once; ``interrupted`` then tells why the
+    call ended): a call awaited in the exchange's own task, whose client can never be asked."""
 
-    def __init__(self) -> None:
+    __slots__ = ("_interrupt", "_waiting", "interrupted")
+
+    def __init__(self, interrupt: Callable[[], object] | None = None) -> None:
         self._waiting: list[asyncio.Future[None]] = []
+        self._interrupt = interrupt
+        self.interrupted = False
 
     def set(self) -> None:
+        interrupt = self._interrupt
+        if interrupt is not None:
+            self._interrupt = None
+            self.interrupted = True
+            interrupt()
         waiting, self._waiting = self._waiting, []
         for future in waiting:
             if not future.done():
@@ -90,6 +104,7 @@ class ClientSession:
         "_on_close",
         "_out_ids",
         "_short",
+        "_standalone",
         "_stream_ids",
         "client_capabilities",
         "client_info",
@@ -114,7 +129,6 @@ class ClientSession:
         "outgoing",
         "principal",
         "protocol_version",
-        "standalone",
         "streams",
         "subscriptions",
         "transport",
@@ -130,8 +144,8 @@ class ClientSession:
         self.protocol_version: str | None = None
         self.client_info: dict[str, Any] = {}
         self.client_capabilities: dict[str, Any] = {}
-        self.dialects: frozenset[Dialect] = frozenset({Dialect.MCP})
-        self.credentials: Credentials = Credentials("anonymous", "anonymous")
+        self.dialects: frozenset[Dialect] = _MCP_ONLY
+        self.credentials: Credentials = _ANONYMOUS
         self.initialized = False
         self.log_level: str | None = None
         self.created = self.last_seen = time.monotonic()
@@ -155,11 +169,76 @@ class ClientSession:
         self._short = session_id[:8]
         self._stream_ids = itertools.count(1)
         self._out_ids = itertools.count(1)
-        self.standalone = Channel(f"{self._short}-0", limits.session_queue, limits.sse_replay_events)
+        self._standalone: Channel | None = Channel(f"{self._short}-0", limits.session_queue, limits.sse_replay_events)
         # Many replicas (gateway/replicas/): whether this replica opened it.
         self.created_here = True
         self.streams: OrderedDict[str, Channel] = OrderedDict()
         self._on_close: list[Callable[[ClientSession], None]] = []
+
+    @classmethod
+    def exchange(
+        cls,
+        transport: str,
+        view: View,
+        principal: Principal,
+        limits: Limits,
+        credentials: Credentials,
+        protocol_version: str,
+        client_capabilities: dict[str, Any],
+        client_info: dict[str, Any],
+        log_level: str | None,
+        codec: ClientCodec,
+        /,
+    ) -> ClientSession:
+        """A session that lives for one exchange (the 2026-07-28 era): initialized from the request's
+        envelope, never in a :class:`SessionStore`. Its id names it in logs, audit and stream ids only,
+        never a credential: 96 bits from the OS CSPRNG, as hex (half the cost of ``token_urlsafe``).
+
+        One is made per modern request, so every attribute is set once, here, rather than by
+        ``__init__`` and again (tests/gateway/test_sessions_exchange.py holds the two to the same attributes)."""
+        session_id = os.urandom(12).hex()
+        short = session_id[:8]
+        session = cls.__new__(cls)
+        session.id = session_id
+        session.transport = transport
+        session.view = view
+        session.principal = principal
+        session.limits = limits
+        session.protocol_version = protocol_version
+        session.client_info = client_info
+        session.client_capabilities = client_capabilities
+        session.dialects = _MCP_ONLY
+        session.credentials = credentials
+        session.initialized = True
+        session.log_level = log_level
+        session.created = session.last_seen = time.monotonic()
+        session.inflight = {}
+        session.outgoing = {}
+        session.subscriptions = set()
+        session.closed = False
+        session.codec = codec
+        session.input_requests = []
+        session.input_ready = None
+        session.missing_capabilities = []
+        session.mcpl = session.mgp = session.mcpc = None
+        session._short = short
+        session._stream_ids = itertools.count(1)
+        session._out_ids = itertools.count(1)
+        session._standalone = None  # made when first used: an exchange has a stream of its own
+        session.created_here = True
+        session.streams = OrderedDict()
+        session._on_close = []
+        return session
+
+    @property
+    def standalone(self) -> Channel:
+        """The session's own stream (a legacy client's GET stream): what belongs to no request."""
+        channel = self._standalone
+        if channel is None:
+            channel = self._standalone = Channel(
+                f"{self._short}-0", self.limits.session_queue, self.limits.sse_replay_events
+            )
+        return channel
 
     def render(self, message: dict[str, Any]) -> dict[str, Any] | None:
         """A message as this client's dialect expects it on the wire (None: not for it)."""

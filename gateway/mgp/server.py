@@ -154,7 +154,10 @@ class MgpServer:
 
     def adopt(self, session: ClientSession) -> MgpClient | None:
         """A modern exchange: the facet from this request's client capabilities (§2.6)."""
-        raw = (session.client_capabilities.get("extensions") or {}).get(caps.EXTENSION_ID)
+        extensions = session.client_capabilities.get("extensions")
+        if not extensions or not isinstance(extensions, dict):
+            return session.mgp  # the common case: a plain client (one per modern request)
+        raw = extensions.get(caps.EXTENSION_ID)
         if isinstance(raw, dict):
             session.mgp = negotiate_client(raw, self.extensions, modern=True)
         return session.mgp

@@ -9,8 +9,9 @@ result. ``server/discover`` and ``subscriptions/listen`` are answered here.
 
 from __future__ import annotations
 
+import functools
 import logging
-import secrets
+import operator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from adapters import codecs, mcp_modern
@@ -32,10 +33,10 @@ from gateway.transports.http_common import (
 from policies.auth import AuthError, Credentials
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from gateway.config import Limits
-    from gateway.federation import View
+    from gateway.federation import Merged, View
     from gateway.mgp.server import MgpServer
     from gateway.replicas.owner_relay import ParkedRouting
     from gateway.routing.catalog import Catalog
@@ -49,8 +50,33 @@ TRANSPORT = "modern"
 LISTEN_TRANSPORT = "modern-listen"
 
 
-def _headers(scope: Scope) -> dict[str, str]:
-    return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+_IS_PARAM_HEADER = operator.methodcaller("startswith", mcp_modern.PARAM_HEADER_PREFIX.encode())
+
+
+def _finish(method: str, response: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """A modern answer's HTTP status, and its result stamped (``resultType``, caching hints)."""
+    if "result" in response:
+        return 200, {**response, "result": mcp_modern.stamp_result(method, response["result"])}
+    return http_status_of(response, modern=True), response
+
+
+_FINISH_CALL = functools.partial(_finish, "tools/call")
+
+
+def _reject(send: Send, exc: mcp_modern.ModernRejection, rpc_id: Any) -> Awaitable[None]:
+    return send_rpc_error(send, exc.status, exc.code, exc.message, rpc_id, data=exc.data)
+
+
+def _check_param_headers(merged: Merged, headers: dict[bytes, bytes], message: dict[str, Any]) -> None:
+    """A ``tools/call``'s ``Mcp-Param-*`` headers against its tool's ``x-mcp-header`` arguments."""
+    params = message["params"]  # read_envelope: an object; check_routing: its name a string equal to Mcp-Name
+    tool = merged.by_key.get(params["name"])
+    schema = tool.get("inputSchema") if tool is not None else None
+    names = [*filter(_IS_PARAM_HEADER, headers)]
+    if not names and not mcp_modern.param_header_paths(schema):
+        return  # the common case: nothing declared, nothing sent
+    sent = {k.decode("latin-1"): headers[k].decode("latin-1") for k in names}
+    mcp_modern.check_param_headers(sent, schema, params.get("arguments"))
 
 
 class RunRequest(Protocol):
@@ -92,7 +118,7 @@ class ModernExchange:
         self._limits = limits
         self._parked = parked  # many replicas: a retry of a call parked on another replica runs there
 
-    async def handle(
+    def handle(
         self,
         scope: Scope,
         receive: Receive,
@@ -101,83 +127,98 @@ class ModernExchange:
         message: dict[str, Any],
         shape: jsonrpc.Shape,
         run: RunRequest,
-    ) -> None:
-        """Answer one modern request; ``run`` runs the ones that go through the router."""
+    ) -> Awaitable[None]:
+        """Answer one modern request; ``run`` runs the ones that go through the router.
+
+        Returns what answers it, to be awaited: the checks are synchronous, and a request that
+        passes them is ``run``'s coroutine itself, so the exchange holds no frame of this method
+        while it runs (every wake-up of the call would pass through it)."""
         if shape is not jsonrpc.Shape.REQUEST:
             # The modern era defines no client-to-server notifications or responses on this wire.
-            await send_bytes(send, 202, b"")
-            return
+            return send_bytes(send, 202, b"")
         rpc_id = message["id"]
-        headers = _headers(scope)
+        # Names are lowercase in ASGI; a repeated header keeps its last value. Only the few this era
+        # reads are decoded.
+        headers: dict[bytes, bytes] = dict(scope["headers"])
         try:
             credentials = self._desk.authenticate(scope)
         except AuthError as exc:
-            await send_unauthorized(send, scope, exc.reason, exc.error, rpc_id)
-            return
+            return send_unauthorized(send, scope, exc.reason, exc.error, rpc_id)
+        version, mcp_method, mcp_name = (
+            headers.get(b"mcp-protocol-version"),
+            headers.get(b"mcp-method"),
+            headers.get(b"mcp-name"),
+        )
         try:
-            envelope = mcp_modern.read_envelope(message, headers.get("mcp-protocol-version"))
-            mcp_modern.check_headers(headers, message, envelope)
+            envelope = mcp_modern.read_envelope(message, version.decode("latin-1") if version is not None else None)
+            mcp_modern.check_routing(
+                message,
+                mcp_method.decode("latin-1") if mcp_method is not None else None,
+                mcp_name.decode("latin-1") if mcp_name is not None else None,
+            )
         except mcp_modern.ModernRejection as exc:
-            await send_rpc_error(send, exc.status, exc.code, exc.message, rpc_id, data=exc.data)
-            return
+            return _reject(send, exc, rpc_id)
         method = message["method"]
         if method in mcp_modern.REMOVED_METHODS:
-            await send_rpc_error(send, 404, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}", rpc_id)
-            return
-        session = self._session(view, credentials, envelope)
-        if method == "server/discover":
-            # The modern era's initialize: held to the same capability (mcp/request:initialize).
-            denied = await self._listen_admission.decide(session, session.principal, "initialize", {})
-            if denied is not None:
-                status = http_status_of(jsonrpc.error(rpc_id, denied.code, denied.reason), modern=True)
-                await send_rpc_error(send, status, denied.code, denied.reason, rpc_id, data=denied.data)
-                return
-            result = self.discover(view, envelope.capabilities)
-            await send_bytes(send, 200, jsonrpc.dumps(jsonrpc.result(rpc_id, result)))
-            return
-        if method == "subscriptions/listen":
-            await self._listen(scope, receive, send, view, message, envelope, credentials)
-            return
-        if self._parked is not None and (owner := self._parked.owner(scope, message)) is not None:
-            await self._parked.forward(owner, scope, message, send)
-            return
-        if method == "tools/call":
-            try:
-                await self._check_param_headers(view, headers, message)
-            except mcp_modern.ModernRejection as exc:
-                await send_rpc_error(send, exc.status, exc.code, exc.message, rpc_id, data=exc.data)
-                return
-        await run(
-            scope,
-            receive,
-            send,
-            session,
-            message,
-            [],
-            finish=lambda r: self._finish(method, r),
-            cancel_on_disconnect=True,
+            return send_rpc_error(send, 404, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}", rpc_id)
+        # A session for this one exchange: the client's envelope stands in for initialize.
+        session = ClientSession.exchange(
+            TRANSPORT, view, self._desk.principal_of(credentials), self._limits, credentials, *envelope, codecs.MODERN
         )
-
-    def _session(self, view: View, credentials: Credentials, envelope: mcp_modern.Envelope) -> ClientSession:
-        """A session for this one exchange: the client's envelope stands in for initialize."""
-        session = ClientSession(
-            secrets.token_urlsafe(12), TRANSPORT, view, self._desk.principal_of(credentials), self._limits
-        )
-        session.credentials = credentials
-        session.protocol_version = envelope.version
-        session.client_capabilities = envelope.capabilities
-        session.client_info = envelope.client_info
-        session.log_level = envelope.log_level
-        session.initialized = True
-        session.codec = codecs.MODERN
         self._mgp.adopt(session)  # MGP §2.6: this request's client capabilities may declare it
-        return session
+        if method == "server/discover":
+            return self._discover(send, view, session, envelope, rpc_id)
+        if method == "subscriptions/listen":
+            return self._listen(scope, receive, send, view, message, envelope, credentials)
+        if self._parked is not None and (owner := self._parked.owner(scope, message)) is not None:
+            return self._parked.forward(owner, scope, message, send)
+        if method == "tools/call":
+            merged = view.merged.get("tools")
+            if not merged:
+                return self._call_after_catalog(scope, receive, send, view, session, message, headers, run)
+            try:
+                _check_param_headers(merged, headers, message)
+            except mcp_modern.ModernRejection as exc:
+                return _reject(send, exc, rpc_id)
+            finish = _FINISH_CALL
+        else:
+            finish = functools.partial(_finish, method)
+        mcp_modern.detach_envelope(message)  # read into the session; routing and backends go without
+        return run(scope, receive, send, session, message, [], finish=finish, cancel_on_disconnect=True)
 
-    @staticmethod
-    def _finish(method: str, response: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        if "result" in response:
-            return 200, {**response, "result": mcp_modern.stamp_result(method, response["result"])}
-        return http_status_of(response, modern=True), response
+    async def _call_after_catalog(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        view: View,
+        session: ClientSession,
+        message: dict[str, Any],
+        headers: dict[bytes, bytes],
+        run: RunRequest,
+    ) -> None:
+        """A ``tools/call`` before the view's tool list is merged: merge it, then check and run."""
+        merged = await self._catalog.merged(view, "tools")
+        try:
+            _check_param_headers(merged, headers, message)
+        except mcp_modern.ModernRejection as exc:
+            await _reject(send, exc, message["id"])
+            return
+        mcp_modern.detach_envelope(message)
+        await run(scope, receive, send, session, message, [], finish=_FINISH_CALL, cancel_on_disconnect=True)
+
+    async def _discover(
+        self, send: Send, view: View, session: ClientSession, envelope: mcp_modern.Envelope, rpc_id: Any
+    ) -> None:
+        """``server/discover``, the modern era's initialize: held to the same capability
+        (mcp/request:initialize)."""
+        denied = await self._listen_admission.decide(session, session.principal, "initialize", {})
+        if denied is not None:
+            status = http_status_of(jsonrpc.error(rpc_id, denied.code, denied.reason), modern=True)
+            await send_rpc_error(send, status, denied.code, denied.reason, rpc_id, data=denied.data)
+            return
+        result = self.discover(view, envelope.capabilities)
+        await send_bytes(send, 200, jsonrpc.dumps(jsonrpc.result(rpc_id, result)))
 
     def discover(self, view: View, client_capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
         identity = self._identity(view)
@@ -194,14 +235,6 @@ class ModernExchange:
         if client_capabilities:
             self._mgp.on_discover(client_capabilities, result)
         return result
-
-    async def _check_param_headers(self, view: View, headers: dict[str, str], message: dict[str, Any]) -> None:
-        params = message.get("params") or {}
-        merged = view.merged.get("tools") or await self._catalog.merged(view, "tools")
-        name = params.get("name")  # check_headers made it a string equal to Mcp-Name
-        tool = merged.by_key.get(name) if isinstance(name, str) else None
-        schema = tool.get("inputSchema") if tool is not None else None
-        mcp_modern.check_param_headers(headers, schema, params.get("arguments"))
 
     # ---- subscriptions/listen ------------------------------------------------------------------
 
