@@ -409,7 +409,7 @@ class Gateway:
         a narrower token cannot ride a broader session (security review, issue 10, hole 2).
         """
         credentials = self.authenticate(scope)
-        if credentials == session.credentials:
+        if credentials is session.credentials or credentials == session.credentials:
             return session.principal
         if credentials.name != session.credentials.name or credentials.kind != session.credentials.kind:
             raise AuthError("this session belongs to another principal", True)

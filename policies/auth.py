@@ -47,6 +47,10 @@ class Credentials:
     topic: str | None = None  # a JWT's ``topic`` claim: the one MCPx topic the token is for
 
 
+# One object for every anonymous request: no allocation per call, and the door's session check
+# (gateway/core.py caller_of) then matches by identity.
+ANONYMOUS_CREDENTIALS = Credentials("anonymous", "anonymous")
+
 _MAX_NAME = 256  # a principal's name is logged and audited: a JWT may not make it arbitrarily long
 
 
@@ -111,7 +115,7 @@ class Authenticator:
     def authenticate(self, token: str | None) -> Credentials:
         if token is None:
             if self.auth is None or self.auth.anonymous is not None:
-                return Credentials("anonymous", "anonymous")
+                return ANONYMOUS_CREDENTIALS
             raise AuthError("authentication required", False)
         name = self.registry.by_token(token)
         if name is not None:

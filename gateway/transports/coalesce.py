@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+from uvicorn._types import ASGI3Application
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from gateway.transports.lean import HEADERS_KEY, UNIQUE_HEADERS_KEY, LeanCycle
 from gateway.write_batch import write_batch
 
 
@@ -36,10 +38,15 @@ class CoalescingTransport:
         if self._lost:
             watcher.set_result(None)
             return watcher
-        # A kept-alive connection serves many requests: forget the watchers of finished ones.
-        kept = [w for w in self._lost_watchers or () if not w.done()]
-        kept.append(watcher)
-        self._lost_watchers = kept
+        watchers = self._lost_watchers
+        if watchers is None:
+            self._lost_watchers = [watcher]
+            return watcher
+        if len(watchers) >= 8:
+            # A kept-alive connection serves many requests: forget the watchers of finished ones
+            # (cancelled by their request), now and then rather than on every request.
+            watchers[:] = [w for w in watchers if not w.done()]
+        watchers.append(watcher)
         return watcher
 
     def lost(self) -> None:
@@ -69,6 +76,11 @@ class CoalescingTransport:
         self.flush()
         self._transport.close()
 
+    def is_closing(self) -> bool:
+        # Asked after every response (uvicorn's on_response_complete): spelled out, since __getattr__
+        # is reached only after a failed lookup, which costs more than the call.
+        return self._transport.is_closing()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 
@@ -80,20 +92,124 @@ LOST_KEY = "switchboard.lost"
 
 
 class CoalescingHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's protocol with the coalescing transport, the gateway's scope keys, the lean cycle for
+    plain POSTs to the MCP doors (transports/lean.py) and a keep-alive timer armed once per idle
+    period rather than once per response.
+
+    Relies on uvicorn's HttpToolsProtocol internals (pinned by tests/gateway/transports/test_lean_cycle.py):
+    its parser callbacks, ``cycle``/``pipeline``/``_start_asgi_task``, and ``_unset_keepalive_if_required``
+    being what ``data_received`` calls on every segment."""
+
     # Like uvicorn's own, this narrows asyncio.Protocol's BaseTransport parameter to a Transport.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's signature
         coalescing = CoalescingTransport(transport, asyncio.get_running_loop())
         super().connection_made(coalescing)  # type: ignore[arg-type]  # a duck-typed Transport: __getattr__ forwards
+        # Per connection, not per request: bound methods put in every request's scope.
+        self._abort = transport.abort
+        self._watch_lost = coalescing.watch_lost
+        self._idle_since: float | None = None
+        # The paths FastPath (gateway/app.py) serves straight from a door, and its body limit.
+        self._lean_posts: dict[bytes, str] = {p: p.decode("ascii") for p in getattr(self.app, "lean_posts", ())}
+        self._lean_limit: int = getattr(self.app, "lean_body_limit", 0)
+        # FastPath.dispatch: the app without its own coroutine frame (the lean cycle awaits what it returns).
+        self._lean_app: ASGI3Application = getattr(self.app, "dispatch", self.app)
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
+        if self.timeout_keep_alive_task is not None:
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = None
         cast(CoalescingTransport, self.transport).lost()
 
     def on_headers_complete(self) -> None:
+        if self.url in self._lean_posts and self._lean_start():
+            return
         super().on_headers_complete()
         # A door that must drop a client which stopped reading cannot finish its response (the
         # send is blocked on a full socket); aborting the connection is the clean way out.
         # The scope is a plain dict at runtime; uvicorn's HTTPScope TypedDict lists only the ASGI spec's keys.
-        scope = cast(dict[str, Any], self.scope)
-        scope[ABORT_KEY] = self.transport.abort
-        scope[LOST_KEY] = cast(CoalescingTransport, self.transport).watch_lost
+        scope: dict[str, Any] = self.scope  # type: ignore[assignment]  # a plain dict; HTTPScope lists the spec's keys
+        scope[ABORT_KEY] = self._abort
+        scope[LOST_KEY] = self._watch_lost
+
+    def _lean_start(self) -> bool:
+        """Start a plain POST to a door path on the lean cycle; False (nothing done) for anything else."""
+        parser = self.parser
+        if (
+            self.expect_100_continue
+            or self.limit_concurrency is not None
+            or self.root_path
+            or parser.get_method() != b"POST"
+            or not parser.should_keep_alive()  # HTTP/1.0 without keep-alive, or Connection: close
+            or parser.should_upgrade()
+        ):
+            return False
+        headers = self.headers
+        table = dict(headers)
+        if len(table) != len(headers) or b"transfer-encoding" in table:
+            return False  # a repeated header (Host, Origin, Content-Length...) or a chunked body: uvicorn's way
+        # Kept alive without a Connection header is HTTP/1.1 (llhttp); only with one ask the version,
+        # which costs more than everything else here (httptools formats it).
+        if b"connection" in table and parser.get_http_version() != "1.1":
+            return False
+        declared = table.get(b"content-length")
+        if declared is None or not declared.isdigit() or int(declared) > self._lean_limit:
+            return False  # the door answers 411/413 the usual way
+        scope: dict[str, Any] = self.scope  # type: ignore[assignment]  # a plain dict; HTTPScope lists the spec's keys
+        scope["method"] = "POST"
+        scope["path"] = self._lean_posts[self.url]
+        scope["raw_path"] = self.url
+        scope["query_string"] = b""
+        scope[HEADERS_KEY] = table
+        scope[UNIQUE_HEADERS_KEY] = table
+        scope[ABORT_KEY] = self._abort
+        scope[LOST_KEY] = self._watch_lost
+        existing = self.cycle
+        cycle = LeanCycle(
+            self.scope,
+            self.transport,
+            self.flow,
+            self.server_state.default_headers,
+            True,
+            self.on_response_complete,
+        )
+        self.cycle = cycle
+        if existing is None or existing.response_complete:
+            self._start_asgi_task(cycle, self._lean_app)
+        else:  # pipelined behind a response still under way, as uvicorn queues it
+            self.flow.pause_reading()
+            self.pipeline.appendleft((cycle, self._lean_app))
+        return True
+
+    # ---- keep-alive: one timer per idle period ------------------------------------------------
+    # uvicorn cancels its keep-alive timer on every segment received and arms a new one after every
+    # response: a timer handle per request. Here a response only notes when the connection went
+    # idle; the timer, armed once, closes the connection if it stayed idle long enough, else waits on.
+
+    def _unset_keepalive_if_required(self) -> None:
+        self._idle_since = None  # busy (data_received, on every segment): the pending timer will not close
+
+    def on_response_complete(self) -> None:
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self._idle_since = None
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self._idle_since = self.loop.time()
+        if self.timeout_keep_alive_task is None:
+            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self._keep_alive_due)
+
+    def _keep_alive_due(self) -> None:
+        self.timeout_keep_alive_task = None
+        idle_since = self._idle_since
+        if idle_since is None:
+            return  # a request is under way; its response arms the timer again
+        remaining = idle_since + self.timeout_keep_alive - self.loop.time()
+        if remaining > 0:
+            self.timeout_keep_alive_task = self.loop.call_later(remaining, self._keep_alive_due)
+        else:
+            self.timeout_keep_alive_handler()

@@ -9,6 +9,7 @@ from typing import Any
 
 from gateway import errors, jsonrpc
 from gateway.transports.coalesce import LOST_KEY
+from gateway.transports.lean import BODY_KEY, HEADERS_KEY, LeanCycle
 
 # What an ASGI server passes (a dict from uvicorn; starlette types it as this mapping).
 Scope = MutableMapping[str, Any]
@@ -24,14 +25,36 @@ class ClientGone(Exception):
     pass
 
 
-def header(scope: Scope, name: bytes) -> str | None:
-    """A request header by its lowercase name; the lookup table is built once per request."""
-    table = scope.get("switchboard.headers")
+def headers_of(scope: Scope) -> dict[bytes, bytes]:
+    """The request's headers by lowercase name (the last of a repeated one), made once per request;
+    the gateway's protocol makes it while it decides on the lean cycle (transports/lean.py)."""
+    table: dict[bytes, bytes] | None = scope.get(HEADERS_KEY)
     if table is None:
         table = dict(scope["headers"])
-        scope["switchboard.headers"] = table
+        scope[HEADERS_KEY] = table
+    return table
+
+
+def text(raw: bytes | None) -> str | None:
+    """A raw header value as text (latin-1, as HTTP/1.1 carries it)."""
+    return raw.decode("latin-1") if raw is not None else None
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    """A request header by its lowercase name; the lookup table is built once per request."""
+    table = scope.get(HEADERS_KEY)
+    if table is None:
+        table = dict(scope["headers"])
+        scope[HEADERS_KEY] = table
     value = table.get(name)
     return value.decode("latin-1") if value is not None else None
+
+
+def body_at_hand(scope: Scope) -> bytes | None:
+    """The whole request body if the server read it before the app started (transports/lean.py:
+    within the body limit by then), else None: read it with :func:`read_body`."""
+    body: bytes | None = scope.pop(BODY_KEY, None)
+    return body
 
 
 async def read_body(receive: Receive, limit: int, declared: str | None) -> bytes:
@@ -59,10 +82,19 @@ async def send_bytes(
     content_type: str = "application/json",
     extra: Iterable[tuple[str, str]] = (),
 ) -> None:
+    if type(send) is LeanCycle:  # the gateway's own cycle: the same response, in one write, without messages
+        await send.respond(status, content_type.encode(), body, extra)
+        return
     headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
     headers.extend((k.encode(), v.encode()) for k, v in extra)
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def answered_now(send: Send, status: int, body: bytes, extra: Iterable[tuple[str, str]] = ()) -> bool:
+    """``send_bytes`` of a JSON answer without a coroutine, if the server's cycle can take it now
+    (the gateway's lean cycle, socket writable); False: nothing done, await ``send_bytes``."""
+    return type(send) is LeanCycle and send.respond_now(status, b"application/json", body, extra)
 
 
 async def send_rpc_error(

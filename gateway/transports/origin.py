@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 from gateway import jsonrpc
 from gateway.config import Config, is_loopback
+from gateway.transports.lean import UNIQUE_HEADERS_KEY
 
 Scope = dict[str, Any]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -86,6 +87,9 @@ class OriginGuard:
 
     def check(self, scope: Scope) -> tuple[int, str] | None:
         """None if fine, else (HTTP status, reason)."""
+        unique: dict[bytes, bytes] | None = scope.get(UNIQUE_HEADERS_KEY)
+        if unique is not None:  # no header repeats (transports/lean.py): two lookups, not a scan
+            return self._verdict(unique.get(b"host"), unique.get(b"origin"))
         hosts: list[bytes] = []
         origins: list[bytes] = []
         for name, value in scope["headers"]:
@@ -95,21 +99,24 @@ class OriginGuard:
                 origins.append(value)
         if len(hosts) > 1 or len(origins) > 1:
             return 400, "More than one Host or Origin header"
+        return self._verdict(hosts[0] if hosts else None, origins[0] if origins else None)
+
+    def _verdict(self, host: bytes | None, origin: bytes | None) -> tuple[int, str] | None:
+        """The rule for the request's one Host and one Origin (None: not sent)."""
         if self._hosts is not None:
-            raw = hosts[0] if hosts else b""
+            raw = host if host is not None else b""
             verdict = self._host_verdicts.get(raw, _UNKNOWN)
             if verdict is _UNKNOWN:
                 verdict = _remember(self._host_verdicts, raw, self._check_host(raw.decode("latin-1").lower()))
             if verdict is not None:
                 return verdict
-        if origins:
-            raw = origins[0]
-            verdict = self._origin_verdicts.get(raw, _UNKNOWN)
+        if origin is not None:
+            verdict = self._origin_verdicts.get(origin, _UNKNOWN)
             if verdict is _UNKNOWN:
                 verdict = _remember(
-                    self._origin_verdicts, raw, self._check_origin(raw.decode("latin-1").strip().lower())
+                    self._origin_verdicts, origin, self._check_origin(origin.decode("latin-1").strip().lower())
                 )
-            if verdict is not None and hosts and _same_origin(raw, hosts[0]):
+            if verdict is not None and host is not None and _same_origin(origin, host):
                 return None
             return verdict
         return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from adapters.mcp import LEGACY_VERSIONS, PRIMES_SSE_FROM
@@ -26,14 +26,18 @@ from gateway.transports.http_common import (
     Scope,
     Send,
     accepts,
+    answered_now,
+    body_at_hand,
     drop_hook,
     header,
+    headers_of,
     http_status_of,
     read_body,
     retry_after,
     send_bytes,
     send_rpc_error,
     send_unauthorized,
+    text,
     watch_disconnect,
 )
 from gateway.transports.streamable_http_modern import ModernExchange
@@ -52,6 +56,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TRANSPORT = "streamable_http"
+_ACCEPT_BOTH = b"application/json, text/event-stream"  # what the SDK clients send
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
     (b"cache-control", b"no-cache, no-transform"),
@@ -82,41 +87,47 @@ class StreamableHttpDoor:
         self._shared = shared  # sessions other replicas may serve too (gateway/replicas/)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.dispatch(scope, receive, send)
+
+    def dispatch(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """``__call__`` without a coroutine frame of its own (gateway/app.py FastPath awaits it):
+        the awaitable that answers the request."""
         if scope["type"] != "http":
-            return
+            return _nothing()
         view = self._view_of(scope)
         if view is None:
-            await send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "No such server")
-            return
+            return send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "No such server")
         method = scope["method"]
         if method in ("GET", "DELETE") and not header(scope, b"mcp-session-id"):
             version = header(scope, b"mcp-protocol-version")
             if version is not None and looks_modern(version, None):
                 # The modern era is POST only: no standalone stream, no session to delete.
-                await send_rpc_error(
+                return send_rpc_error(
                     send, 405, jsonrpc.INVALID_REQUEST, "Method Not Allowed", extra=[("allow", "POST")]
                 )
-                return
         if method == "POST":
-            await self._post(scope, receive, send, view)
-        elif method == "GET":
-            await self._get(scope, receive, send, view)
-        elif method == "DELETE":
-            await self._delete(scope, send, view)
-        else:
-            await send_rpc_error(
-                send,
-                405,
-                jsonrpc.INVALID_REQUEST,
-                "Method Not Allowed",
-                extra=[("allow", "GET, POST, DELETE")],
-            )
+            return self._post(scope, receive, send, view)
+        if method == "GET":
+            return self._get(scope, receive, send, view)
+        if method == "DELETE":
+            return self._delete(scope, send, view)
+        return send_rpc_error(
+            send,
+            405,
+            jsonrpc.INVALID_REQUEST,
+            "Method Not Allowed",
+            extra=[("allow", "GET, POST, DELETE")],
+        )
 
     # ---- helpers -----------------------------------------------------------------------------
 
-    async def _session(self, scope: Scope, send: Send, view: View) -> tuple[ClientSession, Principal] | None:
-        """The request's session and its sender, held to the credential this request presents."""
-        session_id = header(scope, b"mcp-session-id")
+    async def _session(
+        self, scope: Scope, send: Send, view: View, read: tuple[str | None, str | None] | None = None
+    ) -> tuple[ClientSession, Principal] | None:
+        """The request's session and its sender, held to the credential this request presents.
+
+        ``read``: the Mcp-Session-Id and MCP-Protocol-Version headers, if the caller has them already."""
+        session_id, version = read if read is not None else (header(scope, b"mcp-session-id"), None)
         if not session_id:
             await send_rpc_error(send, 400, jsonrpc.INVALID_REQUEST, "Bad Request: Mcp-Session-Id header is required")
             return None
@@ -129,7 +140,8 @@ class StreamableHttpDoor:
         except AuthError as exc:
             await send_unauthorized(send, scope, exc.reason, exc.error)
             return None
-        version = header(scope, b"mcp-protocol-version")
+        if read is None:
+            version = header(scope, b"mcp-protocol-version")
         if version is not None and version != session.protocol_version and version not in LEGACY_VERSIONS:
             await send_rpc_error(send, 400, jsonrpc.INVALID_REQUEST, f"Unsupported MCP-Protocol-Version: {version}")
             return None
@@ -138,17 +150,23 @@ class StreamableHttpDoor:
     # ---- POST --------------------------------------------------------------------------------
 
     async def _post(self, scope: Scope, receive: Receive, send: Send, view: View) -> None:
-        ctype = (header(scope, b"content-type") or "").split(";")[0].strip().lower()
-        if ctype != "application/json":
+        # The headers read once; the usual values of Content-Type and Accept pass without parsing.
+        table = headers_of(scope)
+        raw_type = table.get(b"content-type")
+        if raw_type != b"application/json" and (
+            (raw_type or b"").decode("latin-1").split(";")[0].strip().lower() != "application/json"
+        ):
             await send_rpc_error(send, 415, jsonrpc.INVALID_REQUEST, "Content-Type must be application/json")
             return
-        if not accepts(scope, "application/json", "text/event-stream"):
+        if table.get(b"accept") != _ACCEPT_BOTH and not accepts(scope, "application/json", "text/event-stream"):
             await send_rpc_error(
                 send, 406, jsonrpc.INVALID_REQUEST, "Accept must list application/json and text/event-stream"
             )
             return
+        body = body_at_hand(scope)
         try:
-            body = await read_body(receive, self._limits.max_body_bytes, header(scope, b"content-length"))
+            if body is None:
+                body = await read_body(receive, self._limits.max_body_bytes, header(scope, b"content-length"))
         except BodyTooLarge:
             await send_rpc_error(
                 send,
@@ -173,17 +191,18 @@ class StreamableHttpDoor:
             rpc_id = message.get("id") if isinstance(message, dict) else None
             await send_rpc_error(send, 400, exc.code, exc.message, rpc_id if jsonrpc.valid_id(rpc_id) else None)
             return
-        version_header = header(scope, b"mcp-protocol-version")
+        version_header = text(table.get(b"mcp-protocol-version"))
+        session_id = text(table.get(b"mcp-session-id"))
         is_initialize = shape is jsonrpc.Shape.REQUEST and message["method"] == "initialize"
-        if not header(scope, b"mcp-session-id") and (
+        if not session_id and (
             # initialize selects the legacy era, unless it comes dressed as a modern request.
             looks_modern(version_header, None) if is_initialize else looks_modern(version_header, message)
         ):
             await self._modern.handle(scope, receive, send, view, message, shape, self._request)
             return
         extra: list[tuple[str, str]] = []
-        if shape is jsonrpc.Shape.REQUEST and message["method"] == "initialize":
-            if header(scope, b"mcp-session-id"):
+        if is_initialize:
+            if session_id:
                 await send_rpc_error(
                     send,
                     400,
@@ -205,7 +224,7 @@ class StreamableHttpDoor:
             principal = session.principal
             extra.append(("mcp-session-id", session.id))
         else:
-            found = await self._session(scope, send, view)
+            found = await self._session(scope, send, view, (session_id, version_header))
             if found is None:
                 return
             session, principal = found
@@ -311,7 +330,9 @@ class StreamableHttpDoor:
             channel.attached = False
             try:
                 if response is not None:
-                    await send_bytes(send, status, jsonrpc.dumps(response), extra=extra)
+                    body = jsonrpc.dumps(response)
+                    if not answered_now(send, status, body, extra):
+                        await send_bytes(send, status, body, extra=extra)
                 else:  # the request ended the session (the draft's exit): nothing to answer but receipt
                     await send_bytes(send, 202, b"", extra=extra)
             except OSError:
@@ -470,6 +491,10 @@ class StreamableHttpDoor:
         await self._shared.ended(found[0])
         self._sessions.end(found[0])
         await send_bytes(send, 200, b"")
+
+
+async def _nothing() -> None:
+    return None
 
 
 def _sse_headers(extra: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:

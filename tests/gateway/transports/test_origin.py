@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings, strategies as st
+
 from gateway.config import Config
+from gateway.transports.lean import UNIQUE_HEADERS_KEY
 from gateway.transports.origin import OriginGuard
 
 PUBLIC = {"listen": {"host": "0.0.0.0", "port": 8080}, "auth": {"admin_token": "x" * 32}}
@@ -41,3 +44,43 @@ def test_a_rebound_name_is_refused_by_the_host_rule_first() -> None:
     verdict = allowed_hosts.check(scope(("host", "other.example"), ("origin", "https://other.example")))
     assert verdict is not None and verdict[0] == 421
     assert allowed_hosts.check(scope(("host", "gw.example"), ("origin", "https://gw.example"))) is None
+
+
+_VALUES = st.sampled_from(
+    [
+        "127.0.0.1",
+        "localhost:8080",
+        "[::1]:1",
+        "gateway.example.com",
+        "evil.example",
+        "http://localhost:8080",
+        "https://gateway.example.com",
+        "http://evil.example",
+        "null",
+        "",
+        "HTTP://LOCALHOST",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    host=st.one_of(st.none(), _VALUES),
+    origin=st.one_of(st.none(), _VALUES),
+    public=st.booleans(),
+)
+def test_the_lean_cycles_header_table_gives_the_same_verdicts(
+    host: str | None, origin: str | None, public: bool
+) -> None:
+    """With the protocol's table of unrepeated headers (transports/lean.py) the rule reads two keys
+    instead of scanning the list: the verdicts must be the same, cached or not."""
+    config = PUBLIC if public else {"listen": {"host": "127.0.0.1", "port": 8080}}
+    scanning, looking_up = OriginGuard(Config.model_validate(config)), OriginGuard(Config.model_validate(config))
+    headers = [("content-type", "application/json")]
+    headers += [("host", host)] if host is not None else []
+    headers += [("origin", origin)] if origin is not None else []
+    plain = scope(*headers)
+    table = dict(plain["headers"])
+    lean = {**plain, UNIQUE_HEADERS_KEY: table}
+    for _ in range(2):  # the second time from the verdict caches
+        assert looking_up.check(lean) == scanning.check(plain)
