@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -141,6 +142,7 @@ class RunningGateway:
     proc: subprocess.Popen[bytes]
     log_path: Path
     config_path: Path
+    final_log: str | None = None  # the log as it was when the gateway stopped (its directory is gone then)
 
     @property
     def mcp(self) -> str:
@@ -154,6 +156,8 @@ class RunningGateway:
         return self.url.replace("http://", "ws://", 1) + path
 
     def log(self) -> str:
+        if self.final_log is not None:
+            return self.final_log
         return self.log_path.read_text(errors="replace")
 
 
@@ -190,6 +194,10 @@ def run_gateway(
         yield running
     finally:
         stop_process(proc)
+        # A test may still read the log after the gateway stopped; the directory itself is not left behind.
+        with contextlib.suppress(OSError):
+            running.final_log = log_path.read_text(errors="replace")
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def stdio_backend(module: str, *args: str, **extra: Any) -> dict[str, Any]:

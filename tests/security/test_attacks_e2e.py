@@ -47,13 +47,19 @@ STEP_S = 10.0
 # ---- tokens ------------------------------------------------------------------------------------
 
 
+# Tokens are made when this module is imported and used until the last test of it: on a loaded CI
+# machine that can be far more than ten minutes later.
+_LIFETIME_S = 86_400
+
+
 def jwt(claims: dict[str, Any], header: Any = None) -> str:
-    return hs256_jwt(header or {"alg": "HS256"}, {"aud": "switchboard", "exp": time.time() + 600, **claims}, SECRET)
+    claims = {"aud": "switchboard", "exp": time.time() + _LIFETIME_S, **claims}
+    return hs256_jwt(header or {"alg": "HS256"}, claims, SECRET)
 
 
 def rs256_with_kid(kid: Any) -> str:
     head = b64(json.dumps({"alg": "RS256", "kid": kid}).encode())
-    body = b64(json.dumps({"sub": "carol", "aud": "switchboard", "exp": time.time() + 600}).encode())
+    body = b64(json.dumps({"sub": "carol", "aud": "switchboard", "exp": time.time() + _LIFETIME_S}).encode())
     return f"{head}.{body}.{b64(RSA_KEY.sign(f'{head}.{body}'.encode(), padding.PKCS1v15(), hashes.SHA256()))}"
 
 
