@@ -7,7 +7,8 @@ loopback HTTP. Only the server side of the client's HTTP (uvicorn, the client's 
 so a change to anything the gateway's own code does per call shows here, steadier than wrk on a
 shared 2-core VM. The scope carries the gateway protocol's disconnect watcher, as under uvicorn.
 
-Run: ``.venv/bin/python bench/door_cpu.py [--calls N] [--samples K] [--concurrency C] [--era legacy|modern|both]``.
+Run: ``.venv/bin/python bench/door_cpu.py [--calls N] [--samples K] [--concurrency C] [--era legacy|modern|both]
+[--answers json|sse]`` (``sse``: the backend answers with SSE streams, as the official SDKs do).
 Prints every sample and the best one (the least disturbed by the machine), in µs of this process's
 CPU per call; the backend's CPU is not counted.
 """
@@ -142,6 +143,12 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16, help="calls in flight at once")
     parser.add_argument("--era", choices=["legacy", "modern", "both"], default="both")
+    parser.add_argument(
+        "--answers",
+        choices=["json", "sse"],
+        default="json",
+        help="how the backend answers: JSON (echo_backend.py) or an SSE stream, as the SDKs do (sse_echo_backend.py)",
+    )
     args = parser.parse_args()
     import uvloop
 
@@ -149,7 +156,8 @@ def main() -> None:
 
     tune_collector()
     eras = ["legacy", "modern"] if args.era == "both" else [args.era]
-    argv = [sys.executable, str(BENCH / "echo_backend.py"), "--host", "127.0.0.1", "--port"]
+    script = "sse_echo_backend.py" if args.answers == "sse" else "echo_backend.py"
+    argv = [sys.executable, str(BENCH / script), "--host", "127.0.0.1", "--port"]
     with http_server(lambda port: [*argv, str(port)]) as url:
         for era in eras:
             best = uvloop.run(_best(url, era, args))

@@ -39,6 +39,21 @@ class SSEParser:
         self._max = max_event_bytes
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
+        if chunk[-1:] == b"\n" and not self._buffer and not self._after_cr:
+            # The common chunk (what a backend writes per event): whole lines, nothing held. With
+            # LF or CRLF line ends (the Python SDK's sse_starlette writes CRLF) and no lone CR, one
+            # decode and one split find the lines the general way below finds one by one (an LF
+            # never sits inside a UTF-8 sequence, so decoding lines together changes nothing).
+            whole = chunk.replace(b"\r\n", b"\n") if b"\r" in chunk else chunk
+            if b"\r" not in whole:
+                lines = whole.decode("utf-8", errors="replace").split("\n")
+                lines.pop()  # the empty remainder after the last LF
+                events: list[SSEEvent] = []
+                for line in lines:
+                    event = self._line(line)
+                    if event is not None:
+                        events.append(event)
+                return events
         if self._after_cr and chunk:
             # Without this, a CRLF split between two chunks would count as two line ends, and the
             # empty "line" between them would dispatch a half-received event.
@@ -48,7 +63,7 @@ class SSEParser:
         buffer = self._buffer
         scan = len(buffer)  # what is held holds no line end (it would have been consumed)
         buffer += chunk
-        events: list[SSEEvent] = []
+        events = []
         start = 0
         while True:
             lf = buffer.find(b"\n", scan)

@@ -9,13 +9,15 @@ Liberal in what it accepts, strict in what it sends. A POST carries exactly one 
   notifications and server requests as related to the call, and the response as its answer;
 - a body that holds no response at all fails the call (-32603, or -32090 for an HTTP 5xx).
 
-The hot path (:meth:`HttpCarrier.start_request`, :class:`QuickExchange`): a request that finds a
-kept-alive connection idle is written at once and its answer handled in the HTTP parser's
-callbacks, by the same rules (:meth:`HttpCarrier._answer`), with no task, coroutine or
-``Response`` per call; an SSE answer is handed at its headers to a task that reads it as
-:meth:`HttpCarrier.send` does; a kept-alive connection found closed before any byte of the answer
-is retried once, afresh, as :meth:`ConnectionPool.request` retries. Otherwise (``initialize``, no
-idle connection) the request goes the awaited way, :meth:`HttpCarrier.send`.
+The hot path (:meth:`HttpCarrier.start_request`, gateway/upstreams/quick.py's
+:class:`QuickExchange`): a request that finds a kept-alive connection idle is written at once and
+its answer handled in the HTTP parser's callbacks, by the same rules (:meth:`HttpCarrier._answer`
+for a JSON answer; an SSE answer's events relayed as they arrive, the response its answer, the rest
+of the stream drained before the connection goes back to the pool, a stream that ends unanswered
+resumed as :meth:`HttpCarrier._resume` does), with no task, coroutine or ``Response`` per call; a
+kept-alive connection found closed before any byte of the answer is retried once, afresh, as
+:meth:`ConnectionPool.request` retries. Otherwise (``initialize``, no idle connection) the request
+goes the awaited way, :meth:`HttpCarrier.send`.
 """
 
 from __future__ import annotations
@@ -32,20 +34,22 @@ from gateway import jsonrpc, sse
 from gateway.sse import SSEParser
 from gateway.telemetry.context import OUTGOING_HTTP
 from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
+from gateway.upstreams.deadlines import Deadlines
 from gateway.upstreams.httpclient import (
     ConnectError,
     ConnectionPool,
     HttpError,
     Response,
-    _Connection,
     encode_headers,
     target_of,
 )
+from gateway.upstreams.quick import DRAIN_S, QuickExchange
+
+__all__ = ["HttpCarrier", "QuickExchange"]
 
 log = logging.getLogger(__name__)
 
 _RESUME_ATTEMPTS = 5
-_DRAIN_S = 30.0  # how long the rest of an answered stream may take to end
 _GET_BACKOFF_MAX_S = 30.0
 
 
@@ -60,6 +64,7 @@ class HttpCarrier(Carrier):
         }
         self._max = max_message_bytes
         self._pool: ConnectionPool | None = None
+        self._drains: Deadlines  # made by open(), on the loop (before any quick exchange)
         self._target = target_of(url)
         self._block = b""
         self._head = b""
@@ -79,6 +84,7 @@ class HttpCarrier(Carrier):
     async def open(self, inbound: Inbound) -> None:
         self._inbound = inbound
         self._pool = ConnectionPool(self._url)
+        self._drains = Deadlines(asyncio.get_running_loop())  # answered SSE streams still being read
 
     def _headers(self) -> dict[str, str]:
         headers: dict[str, str] = dict(self._base_headers)
@@ -137,8 +143,8 @@ class HttpCarrier(Carrier):
 
     def start_request(self, message: dict[str, Any], headers: Mapping[str, str] | None) -> QuickExchange | None:
         """Send a request now on an idle kept-alive connection, its answer handled in the HTTP
-        parser's callbacks (no task and no :class:`Response` for a JSON answer; an SSE answer is
-        then read by a task of its own). None: no connection is idle (or this is the handshake's
+        parser's callbacks (no task and no :class:`Response`, for a JSON answer or an SSE one).
+        None: no connection is idle (or this is the handshake's
         ``initialize``, whose answer carries the session): :meth:`send` it instead."""
         pool = self._pool
         if pool is None or self._closed.is_set():
@@ -163,25 +169,9 @@ class HttpCarrier(Carrier):
         exchange.conn = conn
         return exchange
 
-    def _quick_stream(self, exchange: QuickExchange, conn: _Connection, status: int, ctype: str) -> None:
-        """A quick exchange's answer is a stream: from here on a task reads it, as :meth:`send` would."""
-        assert self._pool is not None
-        self.last_status = status
-        response = Response(conn, self._pool)
-        response.headers["content-type"] = ctype
-        response.on_headers_complete(status)
-        conn.start(response)  # the parser's next events (the body) go to the response
-        exchange.response = response
-        exchange.task = self._spawn(self._quick_stream_read(exchange.message, response))
-
-    async def _quick_stream_read(self, message: dict[str, Any], response: Response) -> None:
-        rpc_id = message["id"]
-        try:
-            await self._stream_of(message, rpc_id, response)
-        except HttpError as exc:
-            self._fail(rpc_id, jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} transport error: {exc}")
-        except ValueError as exc:  # the SSE parser's refusal (an over-long line)
-            self._fail(rpc_id, jsonrpc.INTERNAL_ERROR, f"backend {self._name} sent a malformed stream: {exc}")
+    def _quick_resume(self, exchange: QuickExchange, last_id: str | None, retry_ms: int | None) -> None:
+        """A quick exchange's stream ended before the response: a task resumes it, as :meth:`send` would."""
+        exchange.task = self._spawn(self._resume(exchange.message["id"], last_id, retry_ms))
 
     def _quick_failed(self, exchange: QuickExchange, exc: HttpError, nothing_received: bool) -> None:
         """A quick exchange's connection failed. Nothing received on a kept-alive connection (the
@@ -297,7 +287,7 @@ class HttpCarrier(Carrier):
 
     async def _drain(self, chunks: Any, parser: SSEParser, rpc_id: Any) -> None:
         try:
-            async with asyncio.timeout(_DRAIN_S):
+            async with asyncio.timeout(DRAIN_S):
                 await self._read_stream(chunks, parser, rpc_id, until_answered=False)
         except (TimeoutError, HttpError, ValueError):
             pass
@@ -463,103 +453,3 @@ def _json_messages(data: bytes) -> list[dict[str, Any]]:
         items = value if isinstance(value, list) else [value]
         messages.extend(item for item in items if isinstance(item, dict))
     return messages
-
-
-class QuickExchange:
-    """One POST answered in the HTTP parser's callbacks (:meth:`HttpCarrier.start_request`).
-
-    Invariants: it holds its pool connection (and slot) from the start until the answer is complete
-    (the connection back to the pool), the connection fails, or :meth:`abort`; after that ``conn``
-    is None and the parser's events no longer reach it. An SSE answer is handed, at its headers, to
-    a task (``task``) that reads it as :meth:`HttpCarrier.send` would; a retry after a stale
-    kept-alive connection is such a task too.
-    """
-
-    __slots__ = (
-        "_carrier",
-        "_chunks",
-        "_ctype",
-        "_pool",
-        "_received",
-        "_status",
-        "conn",
-        "headers",
-        "message",
-        "response",
-        "task",
-    )
-
-    def __init__(
-        self, carrier: HttpCarrier, pool: ConnectionPool, message: dict[str, Any], headers: Mapping[str, str] | None
-    ) -> None:
-        self._carrier = carrier
-        self._pool = pool
-        self.message = message
-        self.headers = headers
-        self.conn: _Connection | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.response: Response | None = None  # an SSE answer's, read by ``task``
-        self._chunks: list[bytes] = []
-        self._ctype = ""
-        self._status = 0
-        self._received = False
-
-    def abort(self) -> None:
-        """The call was cancelled or timed out: its exchange ends now (over HTTP, closing the
-        stream is the cancellation), the connection is closed, never reused half-read."""
-        conn = self.conn
-        if conn is not None:
-            self.conn = None
-            self._pool.abandon(conn)
-        elif self.task is not None and not self.task.done():
-            # Still reading the answer's stream (or sending once more). A task cancelled before its
-            # first step runs none of its code, so the stream's connection is released here too.
-            self.task.cancel()
-            if self.response is not None:
-                self.response.release()
-
-    # -- the parser's events
-    def on_message_begin(self) -> None:
-        self._received = True
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if len(name) == 12 and name.lower() == b"content-type":
-            self._ctype = value.decode("latin-1")
-
-    def on_headers_complete(self, status: int) -> None:
-        self._status = status
-        if status < 400 and self._ctype.startswith("text/event-stream"):
-            conn = self.conn
-            if conn is not None:
-                self.conn = None
-                self._carrier._quick_stream(self, conn, status, self._ctype)
-
-    def on_body(self, body: bytes) -> None:
-        self._chunks.append(body)
-
-    def on_message_complete(self, keep_alive: bool) -> None:
-        conn = self.conn
-        if conn is None:
-            return
-        self.conn = None
-        self._pool.release(conn, keep_alive)
-        chunks = self._chunks
-        carrier = self._carrier
-        carrier.last_status = self._status
-        try:
-            carrier._answer(self.message, self._status, chunks[0] if len(chunks) == 1 else b"".join(chunks))
-        except Exception:
-            # Inside the parser's callback nobody else would hear of it (and the caller would wait
-            # for its deadline): the call fails now, as it would have where send() is awaited.
-            log.exception("backend %s: handling an answer failed", carrier._name)
-            carrier._fail(self.message["id"], jsonrpc.INTERNAL_ERROR, f"backend {carrier._name}: answer not handled")
-
-    def fail(self, exc: Exception) -> None:
-        conn = self.conn
-        if conn is None:
-            return
-        self.conn = None
-        self._pool.abandon(conn)
-        self._carrier._quick_failed(
-            self, HttpError(str(exc)) if not isinstance(exc, HttpError) else exc, not self._received
-        )

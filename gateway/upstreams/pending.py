@@ -27,7 +27,7 @@ EXPIRED: dict[str, Any] = {}  # the "answer" of a call whose deadline passed (ne
 
 
 class Abortable(Protocol):
-    """A request's exchange in progress on a carrier (gateway/upstreams/http.py's QuickExchange)."""
+    """A request's exchange in progress on a carrier (gateway/upstreams/quick.py's QuickExchange)."""
 
     def abort(self) -> None: ...
 

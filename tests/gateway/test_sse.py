@@ -318,3 +318,16 @@ def test_any_chunking_parses_to_the_same_events(
     expected = [expected_of(s) for s in specs]
     assert parse(*chunked(stream, cuts)) == expected
     assert parse(stream) == expected
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(st.sampled_from([b"data: ", b"id: ", b"event: x", b":c", b"\n", b"\r", b"\xc3\xa9", b"\xff", b"a"])),
+    st.data(),
+)
+def test_whole_line_chunks_parse_as_byte_by_byte(pieces: list[bytes], data: st.DataObject) -> None:
+    """A chunk of whole LF-ended lines takes the parser's quick way; any chunking agrees with one
+    byte at a time (which hardly ever does), whatever the bytes (CR, invalid UTF-8)."""
+    stream = b"".join(pieces)
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=8))
+    assert parse(*chunked(stream, cuts)) == parse(*(stream[i : i + 1] for i in range(len(stream))))

@@ -1,4 +1,4 @@
-"""A call to an HTTP backend answered in the HTTP parser's callbacks (gateway/upstreams/http.py's
+"""A call to an HTTP backend answered in the HTTP parser's callbacks (gateway/upstreams/quick.py's
 QuickExchange), end to end through ``BackendConnection`` against a raw HTTP/1.1 server on loopback.
 
 Invariants checked: JSON and SSE answers reach their caller and the connection is kept alive and

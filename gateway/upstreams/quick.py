@@ -1,0 +1,211 @@
+"""One POST to an HTTP backend answered in the HTTP parser's callbacks (issue 15's hot path).
+
+:meth:`HttpCarrier.start_request <gateway.upstreams.http.HttpCarrier.start_request>` writes a
+request on an idle kept-alive connection and hands the parser's events to a :class:`QuickExchange`;
+no task, coroutine or ``Response`` is made for the common answers:
+
+- ``application/json`` (or any answer that is no stream): the body is gathered and handled at its
+  end by :meth:`HttpCarrier._answer`, the connection back to the pool first;
+- ``text/event-stream`` (what the official SDKs answer by default): each event is parsed as its
+  bytes arrive and relayed at once (progress, logs and server requests related to the call reach
+  the client while the call runs, never held until its end); the response event is the call's
+  answer; what follows it on the same stream is still read and relayed, for at most ``DRAIN_S``,
+  and the connection goes back to the pool when the stream ends (closed if it never does).
+
+Invariants: the exchange holds its pool connection (and slot) from the start until the answer's
+message is complete (the connection back to the pool), the connection fails, or :meth:`abort`;
+after that ``conn`` is None and the parser's events no longer reach it. An event over the carrier's
+``max_message_bytes`` fails the call (-32603, as the awaited path's parser refusal does) and closes
+the connection. The rare paths stay tasks (``task``): a stream that ended before its response is
+resumed with Last-Event-ID (:meth:`HttpCarrier._resume`), and a request whose kept-alive
+connection proved closed before any byte of the answer is sent once more, afresh. Nothing is
+buffered beyond the parser's one unfinished event, so there is nothing to pause reading for (the
+awaited path pauses only when its own reading task falls behind, which cannot happen here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from gateway import jsonrpc, sse
+from gateway.sse import SSEParser
+from gateway.upstreams.httpclient import ConnectionPool, HttpError, _Connection
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from gateway.upstreams.http import HttpCarrier
+
+log = logging.getLogger(__name__)
+
+DRAIN_S = 30.0  # how long the rest of an answered stream may take to end
+
+
+class QuickExchange:
+    """The parser's events of one POST's answer, handled as they come (see the module docstring)."""
+
+    __slots__ = (
+        "_answered",
+        "_carrier",
+        "_chunks",
+        "_ctype",
+        "_drain_key",
+        "_last_id",
+        "_pool",
+        "_received",
+        "_retry_ms",
+        "_sse",
+        "_status",
+        "conn",
+        "headers",
+        "message",
+        "task",
+    )
+
+    def __init__(
+        self, carrier: HttpCarrier, pool: ConnectionPool, message: dict[str, Any], headers: Mapping[str, str] | None
+    ) -> None:
+        self._carrier = carrier
+        self._pool = pool
+        self.message = message
+        self.headers = headers
+        self.conn: _Connection | None = None
+        self.task: asyncio.Task[None] | None = None
+        self._chunks: list[bytes] = []
+        self._ctype = ""
+        self._status = 0
+        self._received = False
+        self._sse: SSEParser | None = None  # set at the headers of a stream
+        self._answered = False  # the stream carried the response (what follows is drained)
+        self._last_id: str | None = None
+        self._retry_ms: int | None = None
+        self._drain_key: int | None = None  # in the carrier's drain deadlines while draining
+
+    def abort(self) -> None:
+        """The call was cancelled or timed out: its exchange ends now (over HTTP, closing the
+        stream is the cancellation), the connection is closed, never reused half-read. Once the
+        response came, the rest of its stream is left to be drained (as it is when answered)."""
+        if self._answered:
+            return
+        conn = self.conn
+        if conn is not None:
+            self.conn = None
+            self._pool.abandon(conn)
+        elif self.task is not None and not self.task.done():
+            self.task.cancel()  # resuming the stream, or sending once more
+
+    # -- the parser's events
+    def on_message_begin(self) -> None:
+        self._received = True
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if len(name) == 12 and name.lower() == b"content-type":
+            self._ctype = value.decode("latin-1")
+
+    def on_headers_complete(self, status: int) -> None:
+        self._status = status
+        if status < 400 and self._ctype.startswith("text/event-stream"):
+            self._carrier.last_status = status
+            self._sse = SSEParser(self._carrier._max)
+
+    def on_body(self, body: bytes) -> None:
+        parser = self._sse
+        if parser is None:
+            self._chunks.append(body)
+            return
+        if self.conn is None:
+            return
+        carrier = self._carrier
+        rpc_id = self.message["id"]
+        try:
+            events = parser.feed(body)
+        except ValueError as exc:  # the parser's refusal: an event or line over the limit
+            self._stream_failed(jsonrpc.INTERNAL_ERROR, f"backend {carrier._name} sent a malformed stream: {exc}")
+            return
+        inbound = carrier._inbound
+        assert inbound is not None
+        try:
+            for event in events:
+                if event.id is not None:
+                    self._last_id = event.id
+                if event.retry_ms is not None:
+                    self._retry_ms = event.retry_ms
+                msg = sse.message_of(event, f"backend {carrier._name}")
+                if msg is None:
+                    continue
+                answers = not self._answered and jsonrpc.is_response(msg) and msg.get("id") == rpc_id
+                inbound(msg, rpc_id)
+                if answers:
+                    self._answered = True  # only once delivered: a failure before fails the call below
+        except Exception:
+            # Inside the parser's callback nobody else would hear of it (and the caller would wait
+            # for its deadline): the call fails now, as it would have where send() is awaited.
+            log.exception("backend %s: relaying a stream's event failed", carrier._name)
+            self._stream_failed(jsonrpc.INTERNAL_ERROR, f"backend {carrier._name}: answer not handled")
+            return
+        if self._answered and self._drain_key is None and self.conn is not None:
+            # A timer slice shared with the other drains (gateway/upstreams/deadlines.py), not a
+            # timer of its own: arming and cancelling one per call cost more than the parsing.
+            self._drain_key = carrier._drains.add(DRAIN_S, self)
+
+    def on_message_complete(self, keep_alive: bool) -> None:
+        conn = self.conn
+        if conn is None:
+            return
+        self.conn = None
+        self._pool.release(conn, keep_alive)
+        carrier = self._carrier
+        if self._sse is not None:
+            self._end_drain()
+            if not self._answered:
+                carrier._quick_resume(self, self._last_id, self._retry_ms)
+            return
+        chunks = self._chunks
+        carrier.last_status = self._status
+        try:
+            carrier._answer(self.message, self._status, chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        except Exception:
+            # As in on_body: the call fails now rather than at its deadline.
+            log.exception("backend %s: handling an answer failed", carrier._name)
+            carrier._fail(self.message["id"], jsonrpc.INTERNAL_ERROR, f"backend {carrier._name}: answer not handled")
+
+    def fail(self, exc: Exception) -> None:
+        conn = self.conn
+        if conn is None:
+            return
+        self.conn = None
+        self._pool.abandon(conn)
+        self._end_drain()
+        if self._answered:
+            return  # the rest of an answered stream is lost; the call has its answer
+        self._carrier._quick_failed(
+            self, HttpError(str(exc)) if not isinstance(exc, HttpError) else exc, not self._received
+        )
+
+    # -- a stream's ends other than its message's
+    def _stream_failed(self, code: int, text: str) -> None:
+        """The stream cannot be read on: the connection is closed, and the call fails if unanswered."""
+        conn = self.conn
+        if conn is not None:
+            self.conn = None
+            self._pool.abandon(conn)
+        self._end_drain()
+        if not self._answered:
+            self._answered = True  # one answer per call: nothing after this one
+            self._carrier._fail(self.message["id"], code, text)
+
+    def _end_drain(self) -> None:
+        key = self._drain_key
+        if key is not None:
+            self._drain_key = None
+            self._carrier._drains.remove(key, self)
+
+    def expire(self) -> None:
+        """An answered stream that did not end within DRAIN_S: its connection is closed."""
+        self._drain_key = None
+        conn = self.conn
+        if conn is not None:
+            self.conn = None
+            self._pool.abandon(conn)
