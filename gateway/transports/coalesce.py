@@ -64,6 +64,13 @@ class CoalescingTransport:
             self._scheduled = True
             self._batch.flush_later(self)
 
+    def write_whole(self, data: bytes) -> None:
+        """A whole response in one piece (the lean cycle's): with nothing of this connection
+        buffered it has nothing to be coalesced with, so it leaves at once while the loop is quiet
+        (gateway/write_batch.py); otherwise as :meth:`write`."""
+        if self._buffer or not self._batch.send_now(self._transport, data):
+            self.write(data)
+
     def flush(self) -> None:
         self._scheduled = False
         if self._buffer:
