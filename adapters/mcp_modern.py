@@ -134,6 +134,9 @@ def param_header_paths(input_schema: Any) -> dict[tuple[str, ...], str]:
     Only properties reached from the root through plain ``properties`` chains count, as the spec
     requires; anything else is not a declared header. The result is shared: do not change it.
     """
+    cached = _PATHS_CACHE.get(id(input_schema))  # _param_headers_of's hit, inline: one call less per tools/call
+    if cached is not None and cached[0] is input_schema:
+        return cached[1]
     return _param_headers_of(input_schema)[1]
 
 
@@ -235,6 +238,42 @@ def read_envelope(message: dict[str, Any], header_version: str | None = None) ->
 
 
 _new_tuple = tuple.__new__
+
+
+def read_common(
+    message: dict[str, Any], header_version: str | None, header_method: bytes | None, header_name: bytes | None
+) -> Envelope | None:
+    """:func:`read_envelope` and :func:`check_routing` at once, for a request of the common shape: a
+    method whose target is named (``tools/call``, ``prompts/get``, ``resources/read``), the version
+    header equal to a modern ``_meta`` version, capabilities an object, ``Mcp-Method`` equal to the
+    method and ``Mcp-Name`` (raw header values, latin-1) to the target, in the plain form. None: not
+    that shape, and the two full checks decide (they raise the error to answer with).
+
+    It accepts only what the full checks accept (every test it makes is one of theirs, or stricter),
+    and returns the envelope they would: one pass over the request, where the two take two."""
+    params = message.get("params")
+    if type(params) is not dict or header_method is None or header_name is None:
+        return None
+    method = message.get("method")
+    field = NAME_FIELD.get(method)  # type: ignore[arg-type]  # a request's method: a string (jsonrpc.classify)
+    if field is None or header_method.decode("latin-1") != method:
+        return None  # (a method in NAME_FIELD has no blank: equal is equal once stripped)
+    name = header_name.decode("latin-1").strip(" \t")
+    if name != params.get(field) or name.startswith("=?"):
+        return None
+    meta = params.get("_meta")
+    if type(meta) is not dict:
+        return None
+    version = meta.get(PROTOCOL_VERSION_KEY)
+    capabilities = meta.get(CLIENT_CAPABILITIES_KEY)
+    if version != header_version or version not in MODERN_VERSIONS or type(capabilities) is not dict:
+        return None  # (no blank in a modern version: equal is equal once stripped)
+    info = meta.get(CLIENT_INFO_KEY)
+    level = meta.get(LOG_LEVEL_KEY)
+    return _new_tuple(
+        Envelope,
+        (version, capabilities, info if isinstance(info, dict) else {}, level if isinstance(level, str) else None),
+    )
 
 
 def check_headers(headers: Mapping[str, str], message: dict[str, Any], envelope: Envelope) -> None:

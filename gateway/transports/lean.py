@@ -199,7 +199,8 @@ class LeanCycle(RequestResponseCycle):
             parts.append(b"connection: close\r\n")
         parts += (b"\r\n", body)
         self.response_started = True  # only now: a refused header above leaves a 500 possible
-        self.transport.write(b"".join(parts))
+        # Whole responses may leave at once on a quiet loop (gateway/write_batch.py; CoalescingTransport.write_whole).
+        getattr(self.transport, "write_whole", self.transport.write)(b"".join(parts))
         self.response_complete = True
         self.set()
         if not self.keep_alive:

@@ -19,6 +19,7 @@ from adapters.mcp import LEGACY_VERSIONS, PRIMES_SSE_FROM
 from adapters.mcp_modern import looks_modern
 from gateway import jsonrpc, sse
 from gateway.channels import Channel, ChannelOverflow, absorb_overflow, guarded_write
+from gateway.transports.coalesce import LOST_KEY
 from gateway.transports.http_common import (
     BodyTooLarge,
     ClientGone,
@@ -198,7 +199,7 @@ class StreamableHttpDoor:
             # initialize selects the legacy era, unless it comes dressed as a modern request.
             looks_modern(version_header, None) if is_initialize else looks_modern(version_header, message)
         ):
-            await self._modern.handle(scope, receive, send, view, message, shape, self._request)
+            await self._modern.handle(scope, receive, send, view, message, shape, self._request, table, version_header)
             return
         extra: list[tuple[str, str]] = []
         if is_initialize:
@@ -286,10 +287,15 @@ class StreamableHttpDoor:
         writer: asyncio.Task[None] | None = None
         gone: asyncio.Future[None] | None = None
         if cancel_on_disconnect:
-            gone = watch_disconnect(scope, receive)
-            me = asyncio.current_task()
+            watch = scope.get(LOST_KEY)  # watch_disconnect, inline for the gateway's own protocol
+            gone = watch() if watch is not None else watch_disconnect(scope, receive)
+            me = _current_task(_running_loop())
             assert me is not None
-            gone.add_done_callback(lambda t: me.cancel() if not t.cancelled() else None)
+            cancel = me.cancel
+            # The task's own bound method as the callback (no closure per call): the client leaving
+            # cancels the call. Taken off again before ``gone`` is cancelled (_forget), so that ending
+            # the watch never cancels the call and schedules no callback.
+            gone.add_done_callback(cancel)
 
         def start_streaming() -> None:
             nonlocal writer
@@ -302,6 +308,8 @@ class StreamableHttpDoor:
             response = await self._router.handle(session, message, jsonrpc.Shape.REQUEST, channel, principal)
         except asyncio.CancelledError:
             if gone is None or not gone.done() or gone.cancelled():
+                if gone is not None:
+                    _forget(gone, cancel)
                 raise
             task = asyncio.current_task()
             assert task is not None  # this coroutine runs in a task
@@ -324,7 +332,8 @@ class StreamableHttpDoor:
         if retry is not None:
             extra = [*extra, ("retry-after", retry)]
         if writer is None:
-            if gone is not None:
+            if gone is not None:  # _forget, inline on the common path
+                gone.remove_done_callback(cancel)
                 gone.cancel()
             channel.close()
             channel.attached = False
@@ -345,12 +354,14 @@ class StreamableHttpDoor:
             await writer
         except asyncio.CancelledError:
             if gone is None or not gone.done() or gone.cancelled():
+                if gone is not None:
+                    _forget(gone, cancel)
                 raise
             task = asyncio.current_task()
             assert task is not None  # this coroutine runs in a task
             task.uncancel()
         if gone is not None:
-            gone.cancel()
+            _forget(gone, cancel)
 
     async def _sse_response(
         self,
@@ -495,6 +506,19 @@ class StreamableHttpDoor:
 
 async def _nothing() -> None:
     return None
+
+
+# asyncio.current_task is a Python function in 3.11 (it asks for the running loop, then this table).
+_running_loop = asyncio.get_running_loop
+_current_task = asyncio.tasks._current_tasks.get  # type: ignore[attr-defined]  # the loop -> task table, untyped
+
+
+def _forget(gone: asyncio.Future[None], cancel: Callable[..., object]) -> None:
+    """End a disconnect watch whose done callback is ``cancel`` (the call's ``Task.cancel``): the
+    callback is taken off first, so that cancelling the watch neither cancels the task nor schedules
+    a callback at all."""
+    gone.remove_done_callback(cancel)
+    gone.cancel()
 
 
 def _sse_headers(extra: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:

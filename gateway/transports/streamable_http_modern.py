@@ -24,10 +24,12 @@ from gateway.transports.http_common import (
     Scope,
     Send,
     drop_hook,
+    headers_of,
     http_status_of,
     send_bytes,
     send_rpc_error,
     send_unauthorized,
+    text,
     watch_disconnect,
 )
 from policies.auth import AuthError, Credentials
@@ -60,7 +62,15 @@ def _finish(method: str, response: dict[str, Any]) -> tuple[int, dict[str, Any]]
     return http_status_of(response, modern=True), response
 
 
-_FINISH_CALL = functools.partial(_finish, "tools/call")
+def _finish_call(response: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """``_finish`` of a ``tools/call`` (never cacheable): a complete result gets ``resultType`` alone."""
+    result = response.get("result")
+    if type(result) is dict and "resultType" not in result:
+        return 200, {**response, "result": {**result, "resultType": "complete"}}
+    return _finish("tools/call", response)
+
+
+_FINISH_CALL = _finish_call
 
 
 def _reject(send: Send, exc: mcp_modern.ModernRejection, rpc_id: Any) -> Awaitable[None]:
@@ -72,10 +82,9 @@ def _check_param_headers(merged: Merged, headers: dict[bytes, bytes], message: d
     params = message["params"]  # read_envelope: an object; check_routing: its name a string equal to Mcp-Name
     tool = merged.by_key.get(params["name"])
     schema = tool.get("inputSchema") if tool is not None else None
-    names = [*filter(_IS_PARAM_HEADER, headers)]
-    if not names and not mcp_modern.param_header_paths(schema):
+    if not any(map(_IS_PARAM_HEADER, headers)) and not mcp_modern.param_header_paths(schema):
         return  # the common case: nothing declared, nothing sent
-    sent = {k.decode("latin-1"): headers[k].decode("latin-1") for k in names}
+    sent = {k.decode("latin-1"): headers[k].decode("latin-1") for k in filter(_IS_PARAM_HEADER, headers)}
     mcp_modern.check_param_headers(sent, schema, params.get("arguments"))
 
 
@@ -127,8 +136,13 @@ class ModernExchange:
         message: dict[str, Any],
         shape: jsonrpc.Shape,
         run: RunRequest,
+        headers: dict[bytes, bytes] | None = None,
+        version: str | None = None,
     ) -> Awaitable[None]:
         """Answer one modern request; ``run`` runs the ones that go through the router.
+
+        ``headers``: the request's header table (``http_common.headers_of``) and ``version`` its
+        MCP-Protocol-Version, if the door read them already (else read here).
 
         Returns what answers it, to be awaited: the checks are synchronous, and a request that
         passes them is ``run``'s coroutine itself, so the exchange holds no frame of this method
@@ -137,35 +151,36 @@ class ModernExchange:
             # The modern era defines no client-to-server notifications or responses on this wire.
             return send_bytes(send, 202, b"")
         rpc_id = message["id"]
-        # Names are lowercase in ASGI; a repeated header keeps its last value. Only the few this era
-        # reads are decoded.
-        headers: dict[bytes, bytes] = dict(scope["headers"])
+        if headers is None:
+            # Names are lowercase in ASGI; a repeated header keeps its last value.
+            headers = headers_of(scope)
+            version = text(headers.get(b"mcp-protocol-version"))
         try:
             credentials = self._desk.authenticate(scope)
         except AuthError as exc:
             return send_unauthorized(send, scope, exc.reason, exc.error, rpc_id)
-        version, mcp_method, mcp_name = (
-            headers.get(b"mcp-protocol-version"),
-            headers.get(b"mcp-method"),
-            headers.get(b"mcp-name"),
-        )
-        try:
-            envelope = mcp_modern.read_envelope(message, version.decode("latin-1") if version is not None else None)
-            mcp_modern.check_routing(
-                message,
-                mcp_method.decode("latin-1") if mcp_method is not None else None,
-                mcp_name.decode("latin-1") if mcp_name is not None else None,
-            )
-        except mcp_modern.ModernRejection as exc:
-            return _reject(send, exc, rpc_id)
+        # Only the few headers this era reads are decoded.
+        mcp_method, mcp_name = headers.get(b"mcp-method"), headers.get(b"mcp-name")
+        envelope = mcp_modern.read_common(message, version, mcp_method, mcp_name)
         method = message["method"]
-        if method in mcp_modern.REMOVED_METHODS:
-            return send_rpc_error(send, 404, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}", rpc_id)
+        if envelope is None:  # not the common shape (a named tools/call, prompts/get or resources/read)
+            try:
+                envelope = mcp_modern.read_envelope(message, version)
+                mcp_modern.check_routing(
+                    message,
+                    mcp_method.decode("latin-1") if mcp_method is not None else None,
+                    mcp_name.decode("latin-1") if mcp_name is not None else None,
+                )
+            except mcp_modern.ModernRejection as exc:
+                return _reject(send, exc, rpc_id)
+            if method in mcp_modern.REMOVED_METHODS:
+                return send_rpc_error(send, 404, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}", rpc_id)
         # A session for this one exchange: the client's envelope stands in for initialize.
         session = ClientSession.exchange(
             TRANSPORT, view, self._desk.principal_of(credentials), self._limits, credentials, *envelope, codecs.MODERN
         )
-        self._mgp.adopt(session)  # MGP §2.6: this request's client capabilities may declare it
+        if envelope.capabilities.get("extensions"):
+            self._mgp.adopt(session)  # MGP §2.6: this request's client capabilities may declare it
         if method == "server/discover":
             return self._discover(send, view, session, envelope, rpc_id)
         if method == "subscriptions/listen":
@@ -176,14 +191,25 @@ class ModernExchange:
             merged = view.merged.get("tools")
             if not merged:
                 return self._call_after_catalog(scope, receive, send, view, session, message, headers, run)
-            try:
-                _check_param_headers(merged, headers, message)
-            except mcp_modern.ModernRejection as exc:
-                return _reject(send, exc, rpc_id)
+            tool = merged.by_key.get(message["params"]["name"])
+            # The common case, without a call: no Mcp-Param-* header sent, none declared by the tool.
+            if any(map(_IS_PARAM_HEADER, headers)) or (
+                tool is not None and mcp_modern.param_header_paths(tool.get("inputSchema"))
+            ):
+                try:
+                    _check_param_headers(merged, headers, message)
+                except mcp_modern.ModernRejection as exc:
+                    return _reject(send, exc, rpc_id)
             finish = _FINISH_CALL
         else:
             finish = functools.partial(_finish, method)
-        mcp_modern.detach_envelope(message)  # read into the session; routing and backends go without
+        # The envelope was read into the session; routing and backends go without it (detach_envelope,
+        # inline for the common case: nothing in _meta but the envelope).
+        params = message["params"]
+        if mcp_modern.ENVELOPE_KEYS.issuperset(params["_meta"]):
+            del params["_meta"]
+        else:
+            mcp_modern.detach_envelope(message)
         return run(scope, receive, send, session, message, [], finish=finish, cancel_on_disconnect=True)
 
     async def _call_after_catalog(

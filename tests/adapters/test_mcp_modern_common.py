@@ -1,0 +1,124 @@
+"""read_common: the one-pass check of a common modern request accepts only what the full checks accept."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, strategies as st
+
+from adapters import mcp_modern
+from adapters.mcp_modern import (
+    CLIENT_CAPABILITIES_KEY,
+    CLIENT_INFO_KEY,
+    LOG_LEVEL_KEY,
+    PROTOCOL_VERSION_KEY,
+    Envelope,
+    ModernRejection,
+    read_common,
+)
+
+
+def _request(method: str = "tools/call", name: Any = "echo", meta: Any = None) -> dict[str, Any]:
+    if meta is None:
+        meta = {
+            PROTOCOL_VERSION_KEY: "2026-07-28",
+            CLIENT_CAPABILITIES_KEY: {},
+            CLIENT_INFO_KEY: {"name": "t", "version": "1"},
+        }
+    field = mcp_modern.NAME_FIELD.get(method, "name")
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": {field: name, "_meta": meta}}
+
+
+def _full(message: dict[str, Any], version: str | None, method: bytes | None, name: bytes | None) -> Envelope | None:
+    try:
+        envelope = mcp_modern.read_envelope(message, version)
+        mcp_modern.check_routing(
+            message,
+            method.decode("latin-1") if method is not None else None,
+            name.decode("latin-1") if name is not None else None,
+        )
+    except ModernRejection:
+        return None
+    return envelope
+
+
+def test_the_common_shape_passes_in_one_step() -> None:
+    message = _request()
+    envelope = read_common(message, "2026-07-28", b"tools/call", b"echo")
+    assert envelope == _full(message, "2026-07-28", b"tools/call", b"echo")
+    assert envelope is not None and envelope.client_info == {"name": "t", "version": "1"}
+    assert envelope.log_level is None
+    for method, field in mcp_modern.NAME_FIELD.items():
+        assert read_common(_request(method, "x"), "2026-07-28", method.encode(), b"x") is not None, field
+
+
+def test_anything_else_is_left_to_the_full_checks() -> None:
+    message = _request()
+    assert read_common(message, None, b"tools/call", b"echo") is None  # no version header
+    assert read_common(message, " 2026-07-28", b"tools/call", b"echo") is None
+    assert read_common(message, "2026-07-28", None, b"echo") is None
+    assert read_common(message, "2026-07-28", b"tools/call", None) is None
+    assert read_common(message, "2026-07-28", b"tools/list", b"echo") is None
+    assert read_common(message, "2026-07-28", b"tools/call", b"=?base64?ZWNobw==?=") is None
+    assert read_common(_request("tools/list"), "2026-07-28", b"tools/list", b"echo") is None
+    assert (
+        read_common(_request(meta={PROTOCOL_VERSION_KEY: "2026-07-28"}), "2026-07-28", b"tools/call", b"echo") is None
+    )
+    assert read_common(_request(name=" echo"), "2026-07-28", b"tools/call", b" echo") is None  # full: mismatch
+    assert _full(_request(name=" echo"), "2026-07-28", b"tools/call", b" echo") is None
+
+
+def test_a_log_level_and_odd_info_are_read_as_the_full_checks_read_them() -> None:
+    meta = {PROTOCOL_VERSION_KEY: "2026-07-28", CLIENT_CAPABILITIES_KEY: {}, CLIENT_INFO_KEY: 3, LOG_LEVEL_KEY: "debug"}
+    message = _request(meta=meta)
+    assert read_common(message, "2026-07-28", b"tools/call", b"echo") == Envelope("2026-07-28", {}, {}, "debug")
+
+
+_texts = st.sampled_from(["echo", " echo", "echo\t", "=?base64?ZWNobw==?=", "", "x y", "2026-07-28", "tools/call"])
+_values: st.SearchStrategy[Any] = st.one_of(st.none(), st.integers(), _texts, st.just({}), st.just([]))
+_heads = st.one_of(st.none(), _texts.map(lambda t: t.encode("latin-1")))
+
+
+@given(
+    method=st.sampled_from(["tools/call", "prompts/get", "resources/read", "tools/list", "initialize", " tools/call"]),
+    name=_values,
+    version=st.one_of(st.none(), st.sampled_from(["2026-07-28", " 2026-07-28", "2025-11-25", "2099-01-01"])),
+    meta_version=st.one_of(st.none(), st.sampled_from(["2026-07-28", "2025-11-25"]), st.integers()),
+    capabilities=st.one_of(st.none(), st.just({}), st.just({"sampling": {}}), st.just([])),
+    info=_values,
+    level=_values,
+    header_method=st.one_of(
+        st.none(), st.sampled_from([b"tools/call", b"prompts/get", b"resources/read", b" tools/call", b"tools/list"])
+    ),
+    header_name=_heads,
+    meta_kind=st.sampled_from(["dict", "missing", "list"]),
+)
+def test_it_never_accepts_what_the_full_checks_refuse(
+    method: str,
+    name: Any,
+    version: str | None,
+    meta_version: Any,
+    capabilities: Any,
+    info: Any,
+    level: Any,
+    header_method: bytes | None,
+    header_name: bytes | None,
+    meta_kind: str,
+) -> None:
+    meta: Any = {}
+    for key, value in (
+        (PROTOCOL_VERSION_KEY, meta_version),
+        (CLIENT_CAPABILITIES_KEY, capabilities),
+        (CLIENT_INFO_KEY, info),
+        (LOG_LEVEL_KEY, level),
+    ):
+        if value is not None:
+            meta[key] = value
+    message = _request(method, name, meta)
+    if meta_kind == "missing":
+        del message["params"]["_meta"]
+    elif meta_kind == "list":
+        message["params"]["_meta"] = [meta]
+    common = read_common(message, version, header_method, header_name)
+    if common is not None:
+        assert common == _full(message, version, header_method, header_name)
