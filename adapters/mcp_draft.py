@@ -16,6 +16,9 @@ from adapters.mcp import LATEST_LEGACY, LEGACY_VERSIONS
 # Aliases whose meaning needs no reshaping beyond the name.
 _RENAMED = {"initialized": "notifications/initialized"}
 LOCAL_METHODS = frozenset({"shutdown", "exit"})
+# Every method ``normalize`` may change or report as an alias: any other message is canonical as it
+# is (one set test on every client message; a ``str`` test first, since a method may be any JSON).
+ALIASES = frozenset({"initialize", *_RENAMED, "tools/invoke", "cancel", "progress", *LOCAL_METHODS})
 
 
 def is_draft_initialize(params: dict[str, Any]) -> bool:
@@ -25,7 +28,7 @@ def is_draft_initialize(params: dict[str, Any]) -> bool:
 def normalize(message: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     """The canonical form of a client message, and the alias it used (None: it used none)."""
     method = message.get("method")
-    if not isinstance(method, str):
+    if not isinstance(method, str) or method not in ALIASES:
         return message, None
     params = message.get("params")
     params = params if isinstance(params, dict) else {}

@@ -170,6 +170,9 @@ class Metrics:
         self._calls: dict[tuple[str, str, str, str], _CallCells] = {}
         self._latency_bounds = self.latency.bounds
         self._server_bounds = self.mcp_server_duration.bounds
+        # Backend calls: the client-duration series of each label set, kept (as ``_calls``).
+        self._clients: dict[tuple[str, str, str], list[float]] = {}
+        self._client_bounds = self.mcp_client_duration.bounds
 
     def observe_call(self, method: str, backend: str, outcome: str, error_type: str, seconds: float) -> None:
         """One client request answered: ``observe_request(method, backend, outcome, seconds)`` and
@@ -198,8 +201,14 @@ class Metrics:
         self.mcp_server_duration.observe((method, error_type), seconds)
 
     def observe_client(self, method: str, backend: str, error_type: str, seconds: float) -> None:
-        """One request to a backend answered (or failed)."""
-        self.mcp_client_duration.observe((method, backend, error_type), seconds)
+        """One request to a backend answered (or failed): ``mcp_client_duration.observe`` on a kept
+        series (one frame less on every forwarded call)."""
+        key = (method, backend, error_type)
+        series = self._clients.get(key)
+        if series is None:
+            series = self._clients[key] = self.mcp_client_duration.series(key)
+        series[bisect_left(self._client_bounds, seconds)] += 1
+        series[-1] += seconds
 
     def watch_bus(self, stats: Callable[[], Mapping[str, int]]) -> None:
         """``switchboard_bus_degraded_total{kind}``: bus operations served locally while Redis was away."""

@@ -19,6 +19,10 @@ class CapabilityPolicy:
     stage: Stage = "admission"
 
     async def check(self, event: Event, principal: Principal, target: Target | None = None) -> Decision | None:
+        return self.check_now(event, principal, target)
+
+    def check_now(self, event: Event, principal: Principal, target: Target | None = None) -> Decision | None:
+        """``check`` without a coroutine (it never awaits): what the chain calls (policies/chain.py)."""
         if event.kind in _ANSWERS and event.dialect is not _MCPX:
             # An MCP client's answer to a request the gateway relayed: that request was checked.
             # An MCPx participant claims its envelope's kind itself, so responses are checked too.

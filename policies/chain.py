@@ -8,7 +8,7 @@ shared state on the bus (rate limits across replicas).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
@@ -85,6 +85,9 @@ class Policy(Protocol):
     - ``idle``: for a member whose opinion depends on state that is usually empty (no access
       entries, no backend draining, no rate limit configured), a no-argument callable that says it
       has nothing to decide now; it is then skipped (a call costs far less than awaiting the member).
+    - ``check_now``: for a member whose ``check`` never awaits, the same decision as a plain method
+      (same arguments, same answer); the chain calls it instead of creating and awaiting a coroutine.
+      ``check`` stays, for whoever asks the member directly.
     """
 
     name: str
@@ -109,8 +112,12 @@ def _decides(policy: Policy, dialect: Dialect) -> bool:
     return dialects is None or dialect in dialects
 
 
-# A dispatch member with what lets the chain skip it: (policy, facts_key, idle).
-_DispatchMember = tuple[Policy, str | None, Callable[[], bool] | None]
+# A member's ``check_now`` (Policy): its decision without a coroutine.
+CheckNow = Callable[[Event, Principal, Target | None], Decision | None]
+# An admission member with what lets the chain skip it or ask it at once: (policy, methods, idle, check_now).
+_AdmissionMember = tuple[Policy, frozenset[str] | None, Callable[[], bool] | None, CheckNow | None]
+# A dispatch member likewise: (policy, facts_key, idle, check_now).
+_DispatchMember = tuple[Policy, str | None, Callable[[], bool] | None, CheckNow | None]
 
 
 class PolicyChain:
@@ -121,15 +128,23 @@ class PolicyChain:
         self.policies = tuple(policies)
         admission = [p for p in self.policies if p.stage == "admission"]
         # Per dialect, the admission members that decide its events.
-        self._admission = {
-            d: tuple((p, getattr(p, "methods", None), getattr(p, "idle", None)) for p in admission if _decides(p, d))
+        self._admission: dict[Dialect, tuple[_AdmissionMember, ...]] = {
+            d: tuple(
+                (p, getattr(p, "methods", None), getattr(p, "idle", None), getattr(p, "check_now", None))
+                for p in admission
+                if _decides(p, d)
+            )
             for d in Dialect
         }
         dispatch = [p for p in self.policies if p.stage == "dispatch"]
         # Per dialect, its dispatch members; and those of them asked when a target carries no facts
         # (members fed only through facts have no opinion then). Order is kept in both.
         self._dispatch: dict[Dialect, tuple[_DispatchMember, ...]] = {
-            d: tuple((p, getattr(p, "facts_key", None), getattr(p, "idle", None)) for p in dispatch if _decides(p, d))
+            d: tuple(
+                (p, getattr(p, "facts_key", None), getattr(p, "idle", None), getattr(p, "check_now", None))
+                for p in dispatch
+                if _decides(p, d)
+            )
             for d in Dialect
         }
         self._dispatch_factless = {
@@ -139,32 +154,77 @@ class PolicyChain:
         self._visibility = tuple(p for p in self.policies if isinstance(p, Visibility))
 
     async def admit(self, event: Event, principal: Principal) -> Decision:
-        for policy, methods, idle in self._admission[event.dialect]:
-            if methods is not None and event.method not in methods:
+        return await self._admit_rest(event, principal, self._admission[event.dialect], 0)
+
+    def admit_now(self, event: Event, principal: Principal) -> Decision | Coroutine[Any, Any, Decision]:
+        """``admit`` without a coroutine while every member asked is idle or answers at once
+        (``check_now``): the decision; or, from the first member that must be awaited, a coroutine
+        that finishes the walk (the caller awaits it). Same members, same order, same decision."""
+        members = self._admission[event.dialect]
+        method = event.method
+        for index, (_, methods, idle, now) in enumerate(members):
+            if methods is not None and method not in methods:
                 continue  # a member that decides other methods only
             if idle is not None and idle():
                 continue  # nothing to decide now (e.g. no rate limit configured)
-            decision = await policy.check(event, principal, None)
+            if now is None:
+                return self._admit_rest(event, principal, members, index)
+            decision = now(event, principal, None)
+            if decision is not None and not decision.allowed:
+                return decision
+        return ALLOW
+
+    async def _admit_rest(
+        self, event: Event, principal: Principal, members: tuple[_AdmissionMember, ...], start: int
+    ) -> Decision:
+        for policy, methods, idle, now in members[start:] if start else members:
+            if methods is not None and event.method not in methods:
+                continue
+            if idle is not None and idle():
+                continue
+            decision = now(event, principal, None) if now is not None else await policy.check(event, principal, None)
             if decision is not None and not decision.allowed:
                 return decision
         return ALLOW
 
     async def dispatch(self, event: Event, principal: Principal, target: Target) -> Decision:
+        return await self._dispatch_rest(event, principal, target, self._dispatch_members(event, target), 0)
+
+    def dispatch_now(
+        self, event: Event, principal: Principal, target: Target
+    ) -> Decision | Coroutine[Any, Any, Decision]:
+        """``dispatch`` without a coroutine while it can (as :meth:`admit_now`)."""
         facts = target.facts
-        if not facts:
-            for policy, _, idle in self._dispatch_factless[event.dialect]:
-                if idle is not None and idle():
-                    continue  # nothing to decide now (e.g. an empty access table)
-                decision = await policy.check(event, principal, target)
-                if decision is not None and not decision.allowed:
-                    return decision
-            return ALLOW
-        for policy, facts_key, idle in self._dispatch[event.dialect]:
-            if facts_key is not None and facts_key not in facts:
+        # _dispatch_members, inlined (every routed tools/call passes here).
+        members = self._dispatch[event.dialect] if facts else self._dispatch_factless[event.dialect]
+        for index, (_, facts_key, idle, now) in enumerate(members):
+            if facts_key is not None and (not facts or facts_key not in facts):
                 continue  # fed only through facts this target does not carry: no opinion
             if idle is not None and idle():
+                continue  # nothing to decide now (e.g. an empty access table)
+            if now is None:
+                return self._dispatch_rest(event, principal, target, members, index)
+            decision = now(event, principal, target)
+            if decision is not None and not decision.allowed:
+                return decision
+        return ALLOW
+
+    def _dispatch_members(self, event: Event, target: Target) -> tuple[_DispatchMember, ...]:
+        # Without facts, the members fed only through facts have no opinion: they are left out.
+        return self._dispatch[event.dialect] if target.facts else self._dispatch_factless[event.dialect]
+
+    async def _dispatch_rest(
+        self, event: Event, principal: Principal, target: Target, members: tuple[_DispatchMember, ...], start: int
+    ) -> Decision:
+        facts = target.facts
+        for policy, facts_key, idle, now in members[start:] if start else members:
+            if facts_key is not None and (not facts or facts_key not in facts):
                 continue
-            decision = await policy.check(event, principal, target)
+            if idle is not None and idle():
+                continue
+            decision = (
+                now(event, principal, target) if now is not None else await policy.check(event, principal, target)
+            )
             if decision is not None and not decision.allowed:
                 return decision
         return ALLOW

@@ -28,6 +28,10 @@ class MgpReservedNamePolicy:
         return not is_reserved_tool_name(target.name)
 
     async def check(self, event: Event, principal: Principal, target: Target | None) -> Decision | None:
+        return self.check_now(event, principal, target)
+
+    def check_now(self, event: Event, principal: Principal, target: Target | None) -> Decision | None:
+        """``check`` without a coroutine (it never awaits): what the chain calls (policies/chain.py)."""
         if target is None or event.method != "tools/call" or not is_reserved_tool_name(target.name):
             return None
         reason = (

@@ -37,21 +37,32 @@ class ToolFacts:
     def effective(self, backend: str, tool: str, item: Mapping[str, Any] | None) -> security.SecurityMeta | None:
         """The tool's security metadata: the backend's declaration under the operator's."""
         declared = item.get("security") if item is not None else None
-        configured = self._configured.get(backend, {}).get(tool)
+        configured = self._configured_of(backend, tool)
         if declared is None and configured is None:
             return None
         return security.merge(security.parse_security(declared), security.parse_security(configured))
 
+    def _configured_of(self, backend: str, tool: str) -> dict[str, Any] | None:
+        by_tool = self._configured.get(backend)
+        return by_tool.get(tool) if by_tool is not None else None
+
     def listed(self, backend: str, tool: str, item: Mapping[str, Any], trust_level: str | None) -> dict[str, Any]:
         """``item`` (a listed tool) as an MGP client sees it: ``security`` is the backend's declaration
         under the operator's, assessed with the backend's trust level (§4.6 effective_risk_level)."""
-        configured = self._configured.get(backend, {}).get(tool)
+        configured = self._configured_of(backend, tool)
         return security.secure_tool(item, trust_level, security.parse_security(configured))
 
     def for_call(self, backend: str, tool: str, item: Mapping[str, Any] | None) -> dict[str, Any] | None:
         """``Target.facts`` entries for a call of ``tool`` (the backend's own name) on ``backend``:
         the permission gate's when the tool requires permissions, the validators' when it names one."""
-        meta = self.effective(backend, tool, item)
+        # ``effective``, inlined for the common case (no declaration, nothing configured): this runs
+        # on every tools/call.
+        declared = item.get("security") if item is not None else None
+        by_tool = self._configured.get(backend)
+        configured = by_tool.get(tool) if by_tool is not None else None
+        if declared is None and configured is None:
+            return None
+        meta = security.merge(security.parse_security(declared), security.parse_security(configured))
         if meta is None:
             return None
         facts: dict[str, Any] = {}

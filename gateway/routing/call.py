@@ -42,10 +42,15 @@ class Call:
 
 @dataclass(slots=True)
 class Routed:
-    """A handler's answer, and the backend that produced it (``"gateway"`` when answered here)."""
+    """A handler's answer, and the backend that produced it (``"gateway"`` when answered here).
+
+    ``error_type``: the answer's ``error.type`` (gateway/telemetry/conventions.py) when its maker
+    already computed it (the forwarder, for its client metric), so the router need not again; None:
+    not known. Whoever changes ``response`` makes a new Routed (none mutates one in place)."""
 
     response: dict[str, Any]
     backend: str = "gateway"
+    error_type: str | None = None
 
 
 Handler = Callable[[Call], Awaitable[Routed]]

@@ -173,6 +173,15 @@ class Catalog:
 
     async def resolve_name(self, view: View, kind: ListKind, exposed: Any) -> tuple[str, str]:
         """(backend, the backend's own name) of a tool or prompt name as the client sees it."""
+        found = self.resolve_name_now(view, kind, exposed)
+        if found is not None:
+            return found
+        return self._hit(await self.merged(view, kind), kind, exposed)
+
+    def resolve_name_now(self, view: View, kind: ListKind, exposed: Any) -> tuple[str, str] | None:
+        """:meth:`resolve_name` when it needs no await (the view's namer knows the name, or the merged
+        list at hand holds it): its answer, or its error raised; None: only ``resolve_name`` can tell
+        (the list must be fetched). The router asks this first: no coroutine on most calls."""
         if not isinstance(exposed, str) or not exposed:
             raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "params.name must be a non-empty string")
         found = view.namer.name_in(exposed)
@@ -180,7 +189,11 @@ class Catalog:
             return found
         merged = view.merged.get(kind)
         if merged is None or exposed not in merged.index:
-            merged = await self.merged(view, kind)
+            return None
+        return self._hit(merged, kind, exposed)
+
+    @staticmethod
+    def _hit(merged: Merged, kind: ListKind, exposed: str) -> tuple[str, str]:
         if exposed in merged.collisions:
             raise jsonrpc.RpcError(
                 jsonrpc.NAME_NOT_ROUTABLE,

@@ -171,7 +171,7 @@ class Forwarder:
                 self._metrics.observe_client(label, backend, error_type, time.perf_counter() - started)
             if span is not None:
                 span.end(error_type)
-        return Routed(response, backend)
+        return Routed(response, backend, error_type)
 
     async def _settle(
         self, call: Call, answer: Awaitable[dict[str, Any]], stream: StreamedCall | None, plan: Plan | None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 import adapters
@@ -30,7 +30,7 @@ from gateway.events import Dialect
 from gateway.federation import LIST_METHODS, ListKind, View
 from gateway.routing.call import Call, Handler, PolicyDenied, Routed
 from gateway.telemetry.conventions import error_type_of
-from policies.chain import Target
+from policies.chain import Decision, Target
 
 if TYPE_CHECKING:
     from gateway.audit import AuditLog
@@ -146,31 +146,55 @@ class Router:
 
     # ---- the pipeline ------------------------------------------------------------------------
 
-    async def handle(
+    def handle(
         self,
         session: ClientSession,
         message: dict[str, Any],
         shape: jsonrpc.Shape,
         channel: Channel,
         principal: Principal | None = None,
-    ) -> dict[str, Any] | None:
-        """Handle one message from a client; return the response for a request, else None.
+    ) -> Coroutine[Any, Any, dict[str, Any] | None]:
+        """Handle one message from a client: a coroutine whose value is the response for a request,
+        else None (callers await it at once).
 
         ``principal`` is who sends this message when its door authenticates every request
-        (Streamable HTTP, legacy SSE POSTs); doors that authenticate once per connection omit it."""
+        (Streamable HTTP, legacy SSE POSTs); doors that authenticate once per connection omit it.
+
+        Not itself a coroutine function: a plain request or notification (no draft alias, no
+        observer) is handed its ``_handle`` coroutine directly, one coroutine layer less per message."""
+        if self._observer is None and shape not in _ANSWER_SHAPES:
+            method = message.get("method")
+            if not (isinstance(method, str) and method in mcp_draft.ALIASES):
+                session.touch()
+                return self._handle(session, message, shape, channel, principal or session.principal)
+        return self._handle_any(session, message, shape, channel, principal)
+
+    async def _handle_any(
+        self,
+        session: ClientSession,
+        message: dict[str, Any],
+        shape: jsonrpc.Shape,
+        channel: Channel,
+        principal: Principal | None,
+    ) -> dict[str, Any] | None:
+        """:meth:`handle` for every message: answers, draft aliases, and everything when observed."""
         session.touch()
         if shape in _ANSWER_SHAPES:
             self._client.response(session, message)
             return None
-        draft_ack = message.get("id") if message.get("method") == "cancel" and "id" in message else None
-        message, alias = mcp_draft.normalize(message)
-        if alias is not None:
-            if message.get("method", "").startswith("notifications/"):
-                shape = _NOTIFICATION
-            if alias == "initialize":
-                session.codec = codecs.DRAFT
-            if alias in mcp_draft.LOCAL_METHODS:
-                return self._draft_lifecycle(session, message, alias, channel)
+        method = message.get("method")
+        draft_ack: Any = None
+        alias: str | None = None
+        if isinstance(method, str) and method in mcp_draft.ALIASES:  # else nothing to normalize
+            draft_ack = message.get("id") if method == "cancel" and "id" in message else None
+            message, alias = mcp_draft.normalize(message)
+            if alias is not None:
+                if message.get("method", "").startswith("notifications/"):
+                    shape = _NOTIFICATION
+                if alias == "initialize":
+                    session.codec = codecs.DRAFT
+                if alias in mcp_draft.LOCAL_METHODS:
+                    return self._draft_lifecycle(session, message, alias, channel)
         if self._observer is None:
             response = await self._handle(session, message, shape, channel, principal or session.principal)
         else:
@@ -206,7 +230,9 @@ class Router:
     ) -> dict[str, Any] | None:
         event = adapters.annotate(mcp_adapter.decode(message, shape, session=session.id, principal=principal.name))
         started = time.perf_counter()
-        decision = await self._chain.admit(event, principal)
+        decision = self._chain.admit_now(event, principal)
+        if not isinstance(decision, Decision):
+            decision = await decision  # a member that must be awaited (policies/chain.py)
         if not decision.allowed:
             method = self._metric_method(event.method)
             self._metrics.observe_request(method, "gateway", decision.outcome, None)
@@ -226,9 +252,10 @@ class Router:
         backend = "gateway"
         decided = "allowed"
         reason = None
+        error_type: str | None = None
         try:
             routed = await handler(Call(session, event, channel, principal))
-            response, backend = routed.response, routed.backend
+            response, backend, error_type = routed.response, routed.backend, routed.error_type
             outcome = "error" if "error" in response else "ok"
         except PolicyDenied as denied:
             response = denied.response(event.rpc_id)
@@ -244,8 +271,10 @@ class Router:
         # One clock reading for the metrics and the record (its latency_ms, rounded as audit() does).
         seconds = time.perf_counter() - started
         called = event.method
+        if error_type is None:  # not computed by the forwarder already (call.py: Routed)
+            error_type = error_type_of(response)
         self._metrics.observe_call(
-            called if called in _KNOWN_METHODS else "other", backend, outcome, error_type_of(response), seconds
+            called if called in _KNOWN_METHODS else "other", backend, outcome, error_type, seconds
         )
         self._record(session, event, decided, backend, round(seconds * 1000, 3), reason, outcome)
         return response
@@ -350,10 +379,12 @@ class Router:
         session, event = call.session, call.event
         tools = event.method == "tools/call"
         sent = event.params  # read once: the event's params are not replaced below but for MCPC ids
+        name: Any = sent.get("name")  # after resolve_name: a non-empty str (the MCPC branch keeps it)
         if tools:
-            if self._mgp.is_kernel_call(session, sent.get("name")):
+            if self._mgp.is_kernel_call(session, name):
                 return await self._mgp.call_kernel_tool(call)  # MGP §1.6: answered by the gateway itself
-            mcpc = event.facets.get("mcpc")
+            facets = event.facets
+            mcpc = facets.get("mcpc") if facets else None  # a plain call has no facets (adapters.annotate)
             if mcpc is not None:
                 if mcpc.get("handshake"):
                     return self._mcpc.handshake(call, sent["name"])  # the gateway is the MCPC server
@@ -363,11 +394,15 @@ class Router:
                 sent = {**sent, "arguments": arguments}
                 event.payload = {**event.payload, "params": sent}
         kind: ListKind = "tools" if tools else "prompts"
-        name: Any = sent.get("name")  # after resolve_name: a non-empty str
-        backend, original = await self._catalog.resolve_name(session.view, kind, name)
+        resolved = self._catalog.resolve_name_now(session.view, kind, name)  # no coroutine when it can
+        backend, original = (
+            resolved if resolved is not None else await self._catalog.resolve_name(session.view, kind, name)
+        )
         if tools and original in mcpc_handshake.HANDSHAKE_TOOLS:
             return self._mcpc.handshake(call, original)  # a backend's own handshake tool, by its prefixed name
-        params = {**sent, "name": original}
+        # A new params object only when the name changes (a prefixing view): nothing downstream
+        # modifies the params it is given (copy on write), so the client's own can go as they are.
+        params = sent if original == name else {**sent, "name": original}
         if tools and self._chain.has_dispatch:
             merged = session.view.merged.get("tools")
             # resolve_name accepted it: name is a non-empty string.
@@ -382,7 +417,8 @@ class Router:
             mgp_facts = self._tool_facts(backend, original, item)
             if mgp_facts is not None:
                 facts = {**facts, **mgp_facts} if facts else mgp_facts
-            decision = await self._chain.dispatch(event, call.principal, Target(backend, original, item, facts))
+            decided = self._chain.dispatch_now(event, call.principal, Target(backend, original, item, facts))
+            decision = decided if isinstance(decided, Decision) else await decided
             if not decision.allowed:
                 raise PolicyDenied(decision, backend, self._mgp.refusal_result(session, decision.data))
         if tools:

@@ -350,3 +350,68 @@ def test_a_target_is_immutable_and_positional() -> None:
     assert (target.backend, target.name, target.item, target.facts) == ("b", "echo", None, None)
     with pytest.raises(AttributeError):
         target.backend = "c"  # type: ignore[misc]
+
+
+# ---- check_now: members asked without a coroutine (admit_now, dispatch_now) --------------------
+
+
+@dataclass
+class _Sync:
+    name: str
+    stage: str
+    answer: Decision | None = None
+    asked: list[str] = field(default_factory=list)
+
+    async def check(self, event: Event, principal: Principal, target: Target | None) -> Decision | None:
+        raise AssertionError("the chain must call check_now")
+
+    def check_now(self, event: Event, principal: Principal, target: Target | None) -> Decision | None:
+        self.asked.append(self.name)
+        return self.answer
+
+
+@dataclass
+class _Async:
+    name: str
+    stage: str
+    answer: Decision | None = None
+    asked: list[str] = field(default_factory=list)
+
+    async def check(self, event: Event, principal: Principal, target: Target | None) -> Decision | None:
+        self.asked.append(self.name)
+        return self.answer
+
+
+_NO = Decision(False, "no", 1, "no", outcome=Outcome.DENIED)
+
+
+@pytest.mark.parametrize("stage", ["admission", "dispatch"])
+async def test_sync_members_answer_without_a_coroutine(stage: str) -> None:
+    first, second = _Sync("a", stage), _Sync("b", stage, _NO)
+    chain = PolicyChain([first, second])  # type: ignore[list-item]
+    ev, who = event(Kind.REQUEST), principal("*")
+    now = chain.admit_now(ev, who) if stage == "admission" else chain.dispatch_now(ev, who, Target("b1", "echo"))
+    assert now is _NO
+    assert first.asked == ["a"] and second.asked == ["b"]
+    awaited = await (chain.admit(ev, who) if stage == "admission" else chain.dispatch(ev, who, Target("b1", "echo")))
+    assert awaited is _NO
+
+
+@pytest.mark.parametrize("stage", ["admission", "dispatch"])
+async def test_an_async_member_finishes_the_walk_in_a_coroutine(stage: str) -> None:
+    asked: list[str] = []
+    members = [_Sync("a", stage, None, asked), _Async("b", stage, None, asked), _Sync("c", stage, _NO, asked)]
+    chain = PolicyChain(members)  # type: ignore[arg-type]
+    ev, who = event(Kind.REQUEST), principal("*")
+    now = chain.admit_now(ev, who) if stage == "admission" else chain.dispatch_now(ev, who, Target("b1", "echo"))
+    assert not isinstance(now, Decision)
+    assert asked == ["a"]  # the rest waits for the coroutine
+    assert await now is _NO
+    assert asked == ["a", "b", "c"]  # each member asked once, in order
+
+
+async def test_capability_policy_check_now_agrees_with_check() -> None:
+    policy = CapabilityPolicy()
+    for who in (principal("*"), principal("mcp/request:tools/call:other")):
+        ev = event(Kind.REQUEST)
+        assert policy.check_now(ev, who) == await policy.check(ev, who)
