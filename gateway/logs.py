@@ -9,7 +9,7 @@ duration_ms, principal, session). ``logging.level`` null means the top-level ``l
 
 Invariants: a record is turned into its final text, request ids included, in the thread that
 logged it (the request's context lives there), then appended to a bounded deque; one thread writes
-it to stderr (a line after a quiet spell at once, then at most every 0.1 s), so a slow stderr never
+it to stderr (a line after a quiet spell at once, then at most every 0.02 s), so a slow stderr never
 blocks the event loop. When 10,000 lines wait, a new one is dropped and counted (said once on
 stderr at exit) rather than waiting.
 stdout is never written to (it carries the listening banner, or JSON-RPC for the stdio door).
@@ -38,10 +38,11 @@ if TYPE_CHECKING:
 QUEUE_SIZE = 10_000
 # After a write, how long the writer lets the next lines gather before it looks again. Each look
 # costs about 100 µs of CPU on a busy gateway (the thread takes the GIL from the loop's thread twice:
-# after its sleep and after its write): 0.1 s made the writer's share 0.4 µs per request instead
-# of 1.4-2.6 with 0.02 s (wrk, 2026-07-28 wire, ~3,000 req/s). 10,000 lines (QUEUE_SIZE) still
-# hold 0.1 s of 100,000 lines a second.
-_LINGER_S = 0.1
+# after its sleep and after its write). 0.1 s measured 0.4 µs of writer CPU per request against
+# 1.4-2.6 with 0.02 s (wrk, 2026-07-28 wire, ~3,000 req/s), but lines then reached the file up to a
+# tenth of a second late, which people and tests reading a log just after an event notice (CI
+# caught it twice); 0.02 s keeps them prompt for about a microsecond per request.
+_LINGER_S = 0.02
 _TEXT_FORMAT = "%(asctime)s %(levelname)s {who}%(name)s: %(message)s"
 # Attributes every LogRecord has: whatever else a record carries came from ``extra=``.
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
@@ -119,7 +120,7 @@ class _Writer(threading.Thread):
     """Writes what gathered when woken. A line after a quiet spell is written at once; after every
     write the next lines gather for ``_LINGER_S`` and are written without a wake-up, until a look
     finds nothing: a busy gateway's loop thread never signals this thread (each wake-up costs the
-    loop's thread a lock round and a GIL hand-over), and the thread writes at most about 10 times a
+    loop's thread a lock round and a GIL hand-over), and the thread writes at most about 50 times a
     second. (Lingering only after a large batch was not enough: a writer faster than the lines found
     one or two at each wake-up and was woken per request, which cost the 2026-07-28 wire about 40 µs
     per call, bench/RESULTS.md.) A stream with a file descriptor is written with one ``os.write`` per

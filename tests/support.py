@@ -160,6 +160,14 @@ class RunningGateway:
             return self.final_log
         return self.log_path.read_text(errors="replace")
 
+    def log_with(self, text: str, timeout_s: float = 5.0) -> str:
+        """The log once it holds ``text`` (the gateway writes its lines from a thread, a moment after
+        the event), or as it is after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while text not in (log := self.log()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return log
+
 
 @contextlib.contextmanager
 def run_gateway(

@@ -4,22 +4,22 @@ Written as a raw ASGI app: the decision between a plain JSON answer and an SSE s
 *after* the call started. A call that produces nothing but its result is answered as JSON (cheap);
 the first progress, log or server-to-client request switches the answer to SSE at once, so nothing
 is ever buffered until the end. Every SSE event carries ``<stream>-<seq>`` as its id, so a client
-can resume any stream with ``GET`` + ``Last-Event-ID``.
+can resume any stream with ``GET`` + ``Last-Event-ID``. The SSE answers themselves are written by
+gateway/transports/event_stream.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from adapters.mcp import LEGACY_VERSIONS, PRIMES_SSE_FROM
+from adapters.mcp import LEGACY_VERSIONS
 from adapters.mcp_modern import looks_modern
-from gateway import jsonrpc, sse
-from gateway.channels import Channel, ChannelOverflow, absorb_overflow, guarded_write
+from gateway import jsonrpc
 from gateway.transports.coalesce import LOST_KEY
+from gateway.transports.event_stream import TRANSPORT as TRANSPORT, EventStreamWriter
 from gateway.transports.http_common import (
     BodyTooLarge,
     ClientGone,
@@ -29,7 +29,6 @@ from gateway.transports.http_common import (
     accepts,
     answered_now,
     body_at_hand,
-    drop_hook,
     header,
     headers_of,
     http_status_of,
@@ -56,13 +55,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TRANSPORT = "streamable_http"
 _ACCEPT_BOTH = b"application/json, text/event-stream"  # what the SDK clients send
-_SSE_HEADERS = [
-    (b"content-type", b"text/event-stream"),
-    (b"cache-control", b"no-cache, no-transform"),
-    (b"x-accel-buffering", b"no"),
-]
 
 
 class StreamableHttpDoor:
@@ -84,6 +77,7 @@ class StreamableHttpDoor:
         self._sessions = sessions
         self._limits = limits
         self._metrics = metrics
+        self._sse = EventStreamWriter(limits, metrics)  # the answers that are SSE streams (event_stream.py)
         self._modern = modern  # the 2026-07-28 era's requests (streamable_http_modern.py)
         self._shared = shared  # sessions other replicas may serve too (gateway/replicas/)
 
@@ -301,7 +295,7 @@ class StreamableHttpDoor:
             nonlocal writer
             if resumable:
                 session.keep_stream(channel)
-            writer = asyncio.create_task(self._sse_response(scope, receive, send, session, channel, extra, gone))
+            writer = asyncio.create_task(self._sse.respond(scope, receive, send, session, channel, extra, gone))
 
         channel.on_first_push = start_streaming
         try:
@@ -363,81 +357,6 @@ class StreamableHttpDoor:
         if gone is not None:
             _forget(gone, cancel)
 
-    async def _sse_response(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        session: ClientSession,
-        channel: Channel,
-        extra: list[tuple[str, str]],
-        gone: asyncio.Future[None] | None = None,
-    ) -> None:
-        own_watch = gone is None
-        watch = gone if gone is not None else watch_disconnect(scope, receive)
-        try:
-            await send({"type": "http.response.start", "status": 200, "headers": _sse_headers(extra)})
-            if session.codec.resumable_streams and (session.protocol_version or "") >= PRIMES_SSE_FROM:
-                prime = sse.encode(b"", id=f"{channel.id}-0")
-                await send({"type": "http.response.body", "body": prime, "more_body": True})
-            await self._stream(scope, send, session, channel, 0, None, watch)
-        except OSError:
-            pass
-        finally:
-            channel.attached = False
-            if own_watch:
-                watch.cancel()
-
-    async def _stream(
-        self,
-        scope: Scope,
-        send: Send,
-        session: ClientSession,
-        channel: Channel,
-        after: int,
-        batch: list[tuple[int, dict[str, Any]]] | None,
-        gone: asyncio.Future[None],
-    ) -> None:
-        """Write events after ``after`` until the channel ends, the client leaves or stops reading."""
-        channel.on_overflow = drop_hook(scope)
-        render = session.render
-        try:
-            while True:
-                if batch is None:
-                    batch = await _next_batch(channel, after, gone, keepalive=self._limits.sse_keepalive_s)
-                    if batch is None:
-                        return
-                if not batch:
-                    if channel.closed:
-                        break
-                    body = sse.KEEPALIVE
-                else:
-                    body = b"".join(
-                        sse.encode(jsonrpc.dumps(rendered), id=f"{channel.id}-{seq}")
-                        for seq, m in batch
-                        if (rendered := render(m)) is not None
-                    )
-                    after = batch[-1][0]
-                await guarded_write(channel, send({"type": "http.response.body", "body": body, "more_body": True}))
-                batch = None
-        except (ChannelOverflow, asyncio.CancelledError) as exc:
-            if not absorb_overflow(channel, exc):
-                raise
-            self._metrics.dropped_clients.labels(TRANSPORT).inc()
-            log.warning(
-                "stream %s dropped: the client stopped reading with more than %d messages behind",
-                channel.id,
-                self._limits.session_queue,
-            )
-            return
-        except OSError:
-            return
-        finally:
-            channel.writing = False
-            channel.on_overflow = None
-        with contextlib.suppress(OSError):
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-
     # ---- GET ---------------------------------------------------------------------------------
 
     async def _get(self, scope: Scope, receive: Receive, send: Send, view: View) -> None:
@@ -477,21 +396,12 @@ class StreamableHttpDoor:
             async with self._shared.holding(session):
                 for message in missed or ():
                     channel.push_local(message)  # numbered on above the history: recorded again, sent below
-                await self._start_get(send, session, channel, after, bool(last_event_id))
-                # Awaited here, not inside _start_get: an idle stream holds one coroutine frame less.
-                await self._stream(scope, send, session, channel, after, None, gone)
+                await self._sse.start_get(send, session, channel, after, bool(last_event_id))
+                # Awaited here, not inside start_get: an idle stream holds one coroutine frame less.
+                await self._sse.stream(scope, send, session, channel, after, None, gone)
         finally:
             channel.attached = False
             gone.cancel()
-
-    async def _start_get(self, send: Send, session: ClientSession, channel: Channel, after: int, resumed: bool) -> None:
-        """The GET stream's head and its first event (a priming id, or a keep-alive)."""
-        await send({"type": "http.response.start", "status": 200, "headers": _sse_headers([])})
-        if not resumed and (session.protocol_version or "") >= PRIMES_SSE_FROM:
-            prime = sse.encode(b"", id=f"{channel.id}-{after}")
-            await send({"type": "http.response.body", "body": prime, "more_body": True})
-        else:
-            await send({"type": "http.response.body", "body": sse.KEEPALIVE, "more_body": True})
 
     # ---- DELETE ------------------------------------------------------------------------------
 
@@ -519,19 +429,6 @@ def _forget(gone: asyncio.Future[None], cancel: Callable[..., object]) -> None:
     a callback at all."""
     gone.remove_done_callback(cancel)
     gone.cancel()
-
-
-def _sse_headers(extra: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
-    return _SSE_HEADERS + [(k.encode(), v.encode()) for k, v in extra]
-
-
-async def _next_batch(
-    channel: Channel, after: int, gone: asyncio.Future[None], keepalive: float | None = None
-) -> list[tuple[int, dict[str, Any]]] | None:
-    """The next messages, [] on keep-alive timeout or channel end, None if the client left.
-
-    No task or ``asyncio.wait`` per call: the stream waits on one future (gateway/channels.py)."""
-    return await channel.next_batch(after, keepalive, gone)
 
 
 async def answer_batch(

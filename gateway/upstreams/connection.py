@@ -3,7 +3,8 @@
 Many clients share a connection, so everything that names a request is remapped here: the gateway
 allocates its own request ids and progress tokens upstream and keeps, per pending call, who asked
 (:class:`CallOwner`) and what they called it. A backend that dies fails its in-flight calls at once
-and is reconnected (or respawned) with exponential backoff. Which era to speak, and the handshake,
+and is reconnected (or respawned) with exponential backoff by its supervisor
+(gateway/upstreams/supervisor.py). Which era to speak, and the handshake,
 are decided per attempt by gateway/upstreams/handshake.py; a modern backend's news arrive on the
 listen stream of gateway/upstreams/listen.py.
 
@@ -22,7 +23,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import time
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
@@ -37,6 +37,7 @@ from gateway.upstreams.handshake import GATEWAY_CLIENT_CAPABILITIES, BackendKern
 from gateway.upstreams.listen import ListenOwner, ListenStream
 from gateway.upstreams.pending import EXPIRED, MISSING, Abortable, Pending as Pending, PendingTable
 from gateway.upstreams.restarts import RestartBudget
+from gateway.upstreams.supervisor import supervise
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,6 @@ _GLOBAL_NOTIFICATIONS = frozenset(
         mgp_names.CALLBACK_REQUEST,
     }
 )
-_STABLE_AFTER_S = 10.0
 
 State = Literal["connecting", "ready", "down", "closed"]
 
@@ -179,7 +179,7 @@ class BackendConnection:
 
     async def start(self) -> None:
         self._deadlines = Deadlines(asyncio.get_running_loop())
-        self._supervisor = asyncio.create_task(self._supervise(), name=f"backend-{self.name}")
+        self._supervisor = asyncio.create_task(supervise(self), name=f"backend-{self.name}")
 
     async def wait_ready(self, timeout: float) -> bool:
         with contextlib.suppress(TimeoutError):
@@ -208,99 +208,6 @@ class BackendConnection:
         if self._carrier is not None:
             await self._carrier.close()
         self._fail_all("gateway is shutting down")
-
-    async def _supervise(self) -> None:
-        backoff = self.config.restart.initial_backoff_s
-        while not self._closing:
-            use_sse = self._handshake.use_sse and self._sse_fallback is not None
-            carrier = self._sse_fallback() if use_sse and self._sse_fallback else self._factory()
-            self._carrier = carrier
-            self._start_request = getattr(carrier, "start_request", None)
-            self.state = "connecting"
-            try:
-                # asyncio.timeout, not wait_for: on 3.11 wait_for loses a cancellation that lands just
-                # as the handshake completes, and close() would then wait forever.
-                async with asyncio.timeout(self.config.connect_timeout_s):
-                    await self._connect_watched(carrier)
-            except asyncio.CancelledError:
-                await carrier.close()
-                raise
-            except Exception as exc:
-                reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                switching = self._handshake.use_sse and isinstance(exc, ConnectionError) and "HTTP+SSE" in str(exc)
-                retry = switching or self._restarts.allow()
-                await self._went_down(carrier, f"connect failed: {reason}{self._restarts.note()}")
-                if not switching:
-                    self._settled.set()
-                if switching:
-                    continue  # the next attempt uses the other transport; no reason to wait
-                if not retry:
-                    return
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self.config.restart.max_backoff_s)
-                continue
-            reason = await carrier.wait_closed()
-            if self._closing:
-                return
-            stayed = time.monotonic() - (self.connected_at or 0)
-            retry = self._restarts.allow()  # decided first, so that listeners of the loss know
-            await self._went_down(carrier, reason + self._restarts.note())
-            if not retry:
-                return
-            self.restarts += 1
-            if stayed >= _STABLE_AFTER_S:
-                backoff = self.config.restart.initial_backoff_s
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, self.config.restart.max_backoff_s)
-
-    async def _went_down(self, carrier: Carrier, reason: str) -> None:
-        self._listen.stop()
-        was_ready = self._ready.is_set()
-        self._ready.clear()
-        self.state = "down"
-        self.last_error = reason
-        self._fail_all(f"backend {self.name} is unavailable: {reason}")
-        await carrier.close()
-        log.warning("backend %s down: %s", self.name, reason)
-        if was_ready:
-            self._handler.on_disconnected(self, reason)
-
-    async def _connect_watched(self, carrier: Carrier) -> None:
-        """The handshake, cut short when the carrier dies meanwhile (a stdio server that exits during
-        ``initialize``): the attempt fails at once, not when ``connect_timeout_s`` runs out."""
-        handshake = asyncio.create_task(self._connect(carrier), name=f"handshake-{self.name}")
-        closed = asyncio.create_task(carrier.wait_closed(), name=f"handshake-watch-{self.name}")
-        try:
-            await asyncio.wait((handshake, closed), return_when=asyncio.FIRST_COMPLETED)
-            if handshake.done():
-                handshake.result()  # raises what the handshake raised
-                return
-            step = self._handshake_step or "the connect"
-            self._handshake.went_away(step)
-            raise ConnectionError(f"the backend went away during {step}: {closed.result()}")
-        finally:
-            for task in (handshake, closed):
-                task.cancel()
-            await asyncio.gather(handshake, closed, return_exceptions=True)
-
-    async def _connect(self, carrier: Carrier) -> None:
-        await carrier.open(self._inbound)
-        agreed = await self._handshake.run(self, carrier)
-        self.era, self.init_result = agreed.era, agreed.init_result
-        if agreed.era == "modern":
-            self._listen.start()
-        self._up(carrier)
-
-    def _up(self, carrier: Carrier) -> None:
-        """Ready, in the same step as the handshake's end: a request the backend sends right after
-        ``notifications/initialized`` must find the connection ready, or its answer is dropped."""
-        self.state = "ready"
-        self.last_error = None
-        self.connected_at = time.monotonic()
-        self._ready.set()
-        self._settled.set()
-        log.info("backend %s ready (%s, protocol %s)", self.name, carrier.describe(), self.protocol_version)
-        self._handler.on_connected(self)
 
     async def handshake_request(
         self, method: str, params: dict[str, Any], era: Era, timeout: float, probe: bool = False

@@ -205,7 +205,8 @@ def test_a_broken_file_keeps_the_running_config_and_says_why_everywhere() -> Non
         assert metrics["switchboard_config_last_reload_success"] == 0
         assert metrics['switchboard_config_reloads_total{outcome="failed"}'] >= 1
         assert metrics['switchboard_config_reloads_total{outcome="ok"}'] == 0
-        warnings = [line for line in gw.log().splitlines() if "config reload refused" in line]
+        log = gw.log_with("config reload refused")
+        warnings = [line for line in log.splitlines() if "config reload refused" in line]
         assert warnings and all(" WARNING " in line and str(gw.config_path) in line for line in warnings), warnings
         assert "backends.demo.transport" in warnings[0]
         assert httpx.get(f"{gw.url}/readyz", timeout=10).status_code == 200
