@@ -1,12 +1,16 @@
-"""Every ``BackendConnection`` a test built with :func:`tests.gateway.upstreams.fakes.rig` is closed after it."""
+"""Every ``BackendConnection`` a test built with :func:`tests.gateway.upstreams.fakes.rig` is closed after it;
+``quick`` records which calls went the quick way (gateway/upstreams/quick.py), for the tests that must test it."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
+from gateway.upstreams.http import HttpCarrier
+from gateway.upstreams.quick import QuickExchange
 from tests.gateway.upstreams.fakes import RIGS, WAIT_S
 
 
@@ -17,3 +21,19 @@ async def close_connections() -> AsyncIterator[None]:
         conn = RIGS.pop()
         async with asyncio.timeout(WAIT_S):
             await conn.close()
+
+
+@pytest.fixture
+def quick(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The tool names of the calls that went the quick way (so that these tests test it)."""
+    names: list[str] = []
+    original = HttpCarrier.start_request
+
+    def recording(self: HttpCarrier, message: dict[str, Any], headers: Any) -> QuickExchange | None:
+        exchange = original(self, message, headers)
+        if exchange is not None:
+            names.append(message["params"]["name"])
+        return exchange
+
+    monkeypatch.setattr(HttpCarrier, "start_request", recording)
+    return names

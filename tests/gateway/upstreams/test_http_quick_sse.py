@@ -26,7 +26,7 @@ from gateway import errors, jsonrpc
 from gateway.config import Backend
 from gateway.upstreams import quick as quick_module
 from gateway.upstreams.connection import BackendConnection, CallOwner
-from gateway.upstreams.http import HttpCarrier, QuickExchange
+from gateway.upstreams.http import HttpCarrier
 
 WAIT_S = 5.0
 MAX_BYTES = 4096
@@ -151,20 +151,7 @@ async def _serve() -> AsyncIterator[Server]:
         server.close()
 
 
-@pytest.fixture(autouse=True)
-def quick(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The tool names of the calls that went the quick way (so that these tests test it)."""
-    names: list[str] = []
-    original = HttpCarrier.start_request
-
-    def recording(self: HttpCarrier, message: dict[str, Any], headers: Any) -> QuickExchange | None:
-        exchange = original(self, message, headers)
-        if exchange is not None:
-            names.append(message["params"]["name"])
-        return exchange
-
-    monkeypatch.setattr(HttpCarrier, "start_request", recording)
-    return names
+pytestmark = pytest.mark.usefixtures("quick")
 
 
 class _Owner:
