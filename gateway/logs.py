@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
 
-from gateway.clock import PerSecond, rfc3339_ms
+from gateway.clock import PerMillisecond, PerSecond, rfc3339_ms
 from gateway.telemetry.context import LOG_IDS
 
 if TYPE_CHECKING:
@@ -224,24 +224,8 @@ class AccessLines:
 
 
 ACCESS_LOGGER = "switchboard.access"
-# logging's default asctime ("2026-11-24 07:40:01,123", local time).
-_LOCAL = PerSecond("%Y-%m-%d %H:%M:%S", local=True)
-
-
-_last_asctime: tuple[int, str] = (-1, "")
-
-
-def _asctime(ts: float) -> str:
-    """Cached per millisecond (several lines share one); the pair is replaced whole (threads)."""
-    global _last_asctime
-    whole_ms = int(ts * 1000)
-    last = _last_asctime
-    if last[0] == whole_ms:
-        return last[1]
-    text, ms = _LOCAL.split(ts)
-    stamp = f"{text},{ms:03d}"
-    _last_asctime = (whole_ms, stamp)
-    return stamp
+# logging's default asctime ("2026-11-24 07:40:01,123", local time), kept per millisecond.
+_asctime = PerMillisecond(PerSecond("%Y-%m-%d %H:%M:%S", local=True), "%s,%03d")
 
 
 _installed: tuple[_Handoff, _Writer] | None = None
