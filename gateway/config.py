@@ -19,12 +19,21 @@ from pydantic import (
     AfterValidator,
     Field,
     ValidationError,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
+from gateway.config_auth import (
+    Anonymous as Anonymous,
+    Auth as Auth,
+    FeatureSetRules as FeatureSetRules,
+    Jwt as Jwt,
+    PrincipalConfig as PrincipalConfig,
+    PrincipalMcpl as PrincipalMcpl,
+    ScopePatterns as ScopePatterns,
+)
+from gateway.config_backend import Backend as Backend, Restart as Restart
 from gateway.config_base import StrictModel as _Model
 from gateway.config_bus import BusConfig as BusConfig
 from gateway.config_mcpc import Mcpc as Mcpc
@@ -34,7 +43,6 @@ from gateway.config_ops import Logging, Telemetry, Ui
 # Backend names appear inside tool names (NAME__tool) and resource URI schemes (NAME+file://...),
 # so they are restricted to what is safe in both: a lowercase DNS label.
 BACKEND_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-_URL_SCHEMES = {"http": ("http://", "https://"), "sse": ("http://", "https://"), "ws": ("ws://", "wss://")}
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -55,84 +63,6 @@ BackendName = Annotated[str, AfterValidator(_backend_name)]
 class Listen(_Model):
     host: str = Field("127.0.0.1", description="Address to bind. Loopback unless you configure auth.")
     port: int = Field(8787, ge=0, le=65535, description="TCP port; 0 picks a free one.")
-
-
-class Restart(_Model):
-    """How a lost backend is reconnected or respawned (MGP §11.6 restart policy: ``backoff_base_ms`` and
-    ``backoff_max_ms`` are the two backoffs, ``max_restarts`` and ``restart_window_secs`` the limit)."""
-
-    initial_backoff_s: float = Field(0.5, gt=0, description="First delay before reconnecting/restarting.")
-    max_backoff_s: float = Field(30.0, gt=0, description="Ceiling of the exponential backoff.")
-    max_restarts: int | None = Field(
-        None,
-        ge=0,
-        description="Give up after this many restarts (reconnects after a loss or a failed connect) within "
-        "window_s: the backend then stays down (MGP lifecycle state `error`, reason restart_limit_exceeded) until "
-        "the gateway restarts. 0 never restarts; null (the default) never gives up, so a backend that comes "
-        "back later is picked up.",
-    )
-    window_s: float = Field(300.0, gt=0, description="The window max_restarts counts restarts in (seconds).")
-
-
-class Backend(_Model):
-    transport: Literal["stdio", "http", "sse", "ws", "builtin"] = Field(description="How to reach it.")
-    command: str | None = Field(None, description="stdio: the program to spawn.")
-    args: list[str] = Field(default_factory=list, description="stdio: its arguments.")
-    env: dict[str, str] = Field(default_factory=dict, description="stdio: extra environment variables.")
-    cwd: str | None = Field(None, description="stdio: working directory.")
-    url: str | None = Field(None, description="http/sse/ws: the endpoint URL.")
-    headers: dict[str, str] = Field(
-        default_factory=dict,
-        description="Headers sent to this backend only (its own credentials; a client's are never forwarded).",
-    )
-    server: Literal["demo"] = Field("demo", description="builtin: which in-process server.")
-    validate_arguments: bool = Field(
-        False, description="Check tools/call arguments against the tool's inputSchema before forwarding."
-    )
-    era: Literal["auto", "modern", "legacy"] = Field(
-        "auto",
-        description="MCP era of the backend: auto detects it and remembers it across reconnects (over stdio "
-        "initialize goes first, which every released server survives, and server/discover only if it is "
-        "refused; elsewhere server/discover goes first and any refusal ends the probe at once); modern or "
-        "legacy pins it.",
-    )
-    era_affinity: bool = Field(
-        True,
-        description="A Streamable HTTP backend found modern by era: auto may serve the legacy handshake too: "
-        "legacy clients are then sent through a second, legacy-era connection to it (opened on first need), so "
-        "that they get what the backend offers only on its legacy path (sampling, elicitation as real "
-        "requests). A backend that refuses the handshake is translated instead. false: always translate.",
-    )
-    required: bool = Field(
-        False,
-        description="/readyz waits for this backend to be connected; `switchboard check --probe` fails if it is "
-        "unreachable.",
-    )
-    timeout_s: float = Field(300.0, gt=0, description="Longest a single request to this backend may take.")
-    connect_timeout_s: float = Field(15.0, gt=0, description="Longest the connect + initialize may take.")
-    restart: Restart = Field(default_factory=Restart)
-    mcpc: Literal["auto", "off"] = Field(
-        "auto",
-        description="auto: after every connect, ask the backend the MCPC handshake under each version's name; "
-        "off: never (its tools are ordinary, MCPC messages in its results still are read).",
-    )
-
-    @field_validator("url")
-    @classmethod
-    def _url_scheme(cls, value: str | None, info: ValidationInfo) -> str | None:
-        # A field validator (not the model one below) so that the error points at the url's own line.
-        schemes = _URL_SCHEMES.get(info.data.get("transport", ""))
-        if value and schemes and not value.startswith(schemes):
-            raise ValueError(f"url for transport '{info.data['transport']}' must start with {' or '.join(schemes)}")
-        return value
-
-    @model_validator(mode="after")
-    def _transport_fields(self) -> Backend:
-        if self.transport == "stdio" and not self.command:
-            raise ValueError("transport 'stdio' needs 'command'")
-        if self.transport in _URL_SCHEMES and not self.url:
-            raise ValueError(f"transport '{self.transport}' needs 'url'")
-        return self
 
 
 class Federation(_Model):
@@ -190,69 +120,6 @@ class Limits(_Model):
     max_sessions: int = Field(10000, ge=1, description="Concurrent client sessions per replica.")
     max_inflight_per_session: int = Field(256, ge=1, description="Concurrent requests one session may have.")
     sse_keepalive_s: float = Field(15.0, gt=0, description="Interval of SSE keep-alive comments.")
-
-
-class Anonymous(_Model):
-    capabilities: list[str] = Field(default_factory=list, description="What an unauthenticated caller may do.")
-
-
-class Jwt(_Model):
-    hs256_secret: str | None = Field(None, description="Shared secret for HS256 tokens.")
-    jwks_file: str | None = Field(None, description="A JWKS document on disk (RS256/ES256 keys).")
-    jwks_url: str | None = Field(None, description="A JWKS document fetched over HTTP(S) and cached.")
-    issuer: str | None = Field(None, description="Required 'iss' claim, when set.")
-    audience: str | None = Field(None, description="Required in the 'aud' claim, when set.")
-    principal_claim: str = Field("sub", description="Claim naming the principal ('participantId' is also read).")
-    max_capabilities: list[str] = Field(
-        default_factory=lambda: ["*"],
-        description="Cap on the capabilities of a JWT whose principal is not listed under principals.",
-    )
-    leeway_s: float = Field(30.0, ge=0, description="Clock skew tolerated on exp/nbf/iat.")
-    max_token_bytes: int = Field(
-        8192, ge=256, le=65536, description="Longer tokens are refused before any decoding (bounds the cost)."
-    )
-    require_exp: bool = Field(False, description="Refuse tokens without an 'exp' claim (hardening).")
-
-
-class Auth(_Model):
-    anonymous: Anonymous | None = Field(
-        None, description="None: every caller must authenticate. {capabilities: [...]}: anonymous callers get these."
-    )
-    jwt: Jwt | None = Field(None, description="Accept JWTs (HS256 and/or keys from a JWKS).")
-    authorization_servers: list[str] = Field(
-        default_factory=list, description="Named in /.well-known/oauth-protected-resource (RFC 9728)."
-    )
-    resource: str | None = Field(None, description="This gateway's resource identifier (default: its base URL).")
-    admin_token: str | None = Field(None, description="Bearer token of the admin API (/admin/...); none: no admin API.")
-
-
-class FeatureSetRules(_Model):
-    allow: list[str] = Field(
-        default_factory=lambda: ["*"],
-        description="Feature-set patterns this principal's hosts may enable ('*' wildcards). A pattern matches "
-        "the qualified name BACKEND.FEATURESET or the backend's own name, so 'memory.*' covers every backend.",
-    )
-    deny: list[str] = Field(default_factory=list, description="Feature-set patterns never enabled; deny wins.")
-
-
-class ScopePatterns(_Model):
-    whitelist: list[str] = Field(default_factory=list, description="Scope labels approved without asking (globs).")
-    blacklist: list[str] = Field(
-        default_factory=list, description="Scope labels always refused (globs); beats every whitelist, the host's too."
-    )
-
-
-class PrincipalMcpl(_Model):
-    feature_sets: FeatureSetRules | None = Field(None, description="Overrides mcpl.feature_sets for this principal.")
-    scopes: dict[str, ScopePatterns] | None = Field(
-        None, description="Overrides mcpl.scopes for this principal; keys are feature-set patterns."
-    )
-
-
-class PrincipalConfig(_Model):
-    tokens: list[str] = Field(default_factory=list, description="Static bearer tokens (compared in constant time).")
-    capabilities: list[str] = Field(default_factory=list, description="MCPx-style capability patterns.")
-    mcpl: PrincipalMcpl = Field(default_factory=PrincipalMcpl, description="MCPL feature sets and scopes allowed.")
 
 
 class Bucket(_Model):

@@ -112,16 +112,15 @@ class JwtVerifier:
         """Fetch ``jwks_url`` (keys rotate: an unknown kid triggers this, at most once a minute)."""
         if not self.config.jwks_url:
             return False
-        from gateway.upstreams.httpclient import ConnectionPool, HttpError, target_of
+        from gateway.upstreams.fetch import fetch
+        from gateway.upstreams.httpclient import HttpError
 
         self._last_fetch = time.monotonic()
-        pool = ConnectionPool(self.config.jwks_url, max_connections=1)
         try:
-            response = await pool.request("GET", target_of(self.config.jwks_url), {"accept": "application/json"})
-            body = await response.read()
-            if response.status != 200:
-                raise HttpError(f"HTTP {response.status}")
-            document = orjson.loads(body)
+            answer = await fetch("GET", self.config.jwks_url, headers={"accept": "application/json"})
+            if answer.status != 200:
+                raise HttpError(f"HTTP {answer.status}")
+            document = orjson.loads(answer.body)
             if not isinstance(document, dict):
                 raise ValueError("the JWKS is not a JSON object")
             self.load_jwks(document)
@@ -130,8 +129,6 @@ class JwtVerifier:
         except (HttpError, ValueError) as exc:
             log.error("JWKS fetch from %s failed: %s", self.config.jwks_url, exc)
             return False
-        finally:
-            await pool.aclose()
 
     def _refresh_soon(self) -> None:
         import asyncio

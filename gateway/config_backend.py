@@ -1,0 +1,93 @@
+"""Backends in the configuration: how each is reached and how long its calls may take.
+
+Split from gateway/config.py so that the config model stays small per file; gateway/config.py
+re-exports every name, so ``from gateway.config import Backend`` keeps working.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from gateway.config_base import StrictModel as _Model
+
+_URL_SCHEMES = {"http": ("http://", "https://"), "sse": ("http://", "https://"), "ws": ("ws://", "wss://")}
+
+
+class Restart(_Model):
+    """How a lost backend is reconnected or respawned (MGP §11.6 restart policy: ``backoff_base_ms`` and
+    ``backoff_max_ms`` are the two backoffs, ``max_restarts`` and ``restart_window_secs`` the limit)."""
+
+    initial_backoff_s: float = Field(0.5, gt=0, description="First delay before reconnecting/restarting.")
+    max_backoff_s: float = Field(30.0, gt=0, description="Ceiling of the exponential backoff.")
+    max_restarts: int | None = Field(
+        None,
+        ge=0,
+        description="Give up after this many restarts (reconnects after a loss or a failed connect) within "
+        "window_s: the backend then stays down (MGP lifecycle state `error`, reason restart_limit_exceeded) until "
+        "the gateway restarts. 0 never restarts; null (the default) never gives up, so a backend that comes "
+        "back later is picked up.",
+    )
+    window_s: float = Field(300.0, gt=0, description="The window max_restarts counts restarts in (seconds).")
+
+
+class Backend(_Model):
+    transport: Literal["stdio", "http", "sse", "ws", "builtin"] = Field(description="How to reach it.")
+    command: str | None = Field(None, description="stdio: the program to spawn.")
+    args: list[str] = Field(default_factory=list, description="stdio: its arguments.")
+    env: dict[str, str] = Field(default_factory=dict, description="stdio: extra environment variables.")
+    cwd: str | None = Field(None, description="stdio: working directory.")
+    url: str | None = Field(None, description="http/sse/ws: the endpoint URL.")
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Headers sent to this backend only (its own credentials; a client's are never forwarded).",
+    )
+    server: Literal["demo"] = Field("demo", description="builtin: which in-process server.")
+    validate_arguments: bool = Field(
+        False, description="Check tools/call arguments against the tool's inputSchema before forwarding."
+    )
+    era: Literal["auto", "modern", "legacy"] = Field(
+        "auto",
+        description="MCP era of the backend: auto detects it and remembers it across reconnects (over stdio "
+        "initialize goes first, which every released server survives, and server/discover only if it is "
+        "refused; elsewhere server/discover goes first and any refusal ends the probe at once); modern or "
+        "legacy pins it.",
+    )
+    era_affinity: bool = Field(
+        True,
+        description="A Streamable HTTP backend found modern by era: auto may serve the legacy handshake too: "
+        "legacy clients are then sent through a second, legacy-era connection to it (opened on first need), so "
+        "that they get what the backend offers only on its legacy path (sampling, elicitation as real "
+        "requests). A backend that refuses the handshake is translated instead. false: always translate.",
+    )
+    required: bool = Field(
+        False,
+        description="/readyz waits for this backend to be connected; `switchboard check --probe` fails if it is "
+        "unreachable.",
+    )
+    timeout_s: float = Field(300.0, gt=0, description="Longest a single request to this backend may take.")
+    connect_timeout_s: float = Field(15.0, gt=0, description="Longest the connect + initialize may take.")
+    restart: Restart = Field(default_factory=Restart)
+    mcpc: Literal["auto", "off"] = Field(
+        "auto",
+        description="auto: after every connect, ask the backend the MCPC handshake under each version's name; "
+        "off: never (its tools are ordinary, MCPC messages in its results still are read).",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _url_scheme(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # A field validator (not the model one below) so that the error points at the url's own line.
+        schemes = _URL_SCHEMES.get(info.data.get("transport", ""))
+        if value and schemes and not value.startswith(schemes):
+            raise ValueError(f"url for transport '{info.data['transport']}' must start with {' or '.join(schemes)}")
+        return value
+
+    @model_validator(mode="after")
+    def _transport_fields(self) -> Backend:
+        if self.transport == "stdio" and not self.command:
+            raise ValueError("transport 'stdio' needs 'command'")
+        if self.transport in _URL_SCHEMES and not self.url:
+            raise ValueError(f"transport '{self.transport}' needs 'url'")
+        return self
