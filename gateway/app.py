@@ -85,7 +85,7 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
         return gw.federated
 
     def single(scope: Any) -> View | None:
-        return gw.single.get(scope.get("path_params", {}).get("name", ""))
+        return gw.view_named(scope.get("path_params", {}).get("name", ""))
 
     # Every MCP door gets what it uses; the front desk (who calls, may a session open) is the gateway.
     router, sessions, limits, counters = gw.router, gw.sessions, gw.config.limits, gw.metrics
@@ -237,5 +237,7 @@ def front_doors(base: str, config: Config) -> list[str]:
     ]
     for name in config.backends:
         lines.append(f"backend {name:<12} {base}/servers/{name}/mcp  (also /sse, /mcp/ws)")
+    for name in config.virtual_servers:
+        lines.append(f"virtual {name:<12} {base}/servers/{name}/mcp  (also /sse, /mcp/ws)")
     lines += [f"health               {base}/healthz  {base}/readyz", f"metrics              {base}/metrics"]
     return lines

@@ -338,9 +338,9 @@ async def _serve_stdio(config: Config, server: str | None, token: str | None, co
     from policies.auth import AuthError
 
     gateway = Gateway(config)
-    view = gateway.single.get(server) if server else gateway.federated
+    view = gateway.view_named(server) if server else gateway.federated
     if view is None:
-        print(f"error: no backend named {server!r}", file=sys.stderr)
+        print(f"error: no backend or virtual server named {server!r}", file=sys.stderr)
         return 2
     try:
         credentials = gateway.authenticator.authenticate(token)

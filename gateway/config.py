@@ -39,6 +39,7 @@ from gateway.config_bus import BusConfig as BusConfig
 from gateway.config_mcpc import Mcpc as Mcpc
 from gateway.config_mgp import Mgp as Mgp
 from gateway.config_ops import Logging, Telemetry, Ui
+from gateway.config_virtual import VirtualServers, check_references as _virtual_references
 
 # Backend names appear inside tool names (NAME__tool) and resource URI schemes (NAME+file://...),
 # so they are restricted to what is safe in both: a lowercase DNS label.
@@ -268,6 +269,12 @@ class Config(_Model):
     logging: Logging = Field(default_factory=Logging, description="Log format and level (issue 16).")
     telemetry: Telemetry = Field(default_factory=Telemetry, description="OpenTelemetry traces (issue 16).")
     ui: Ui = Field(default_factory=Ui, description="The dashboard at /ui (issue 16).")
+    # virtual servers (issue 17)
+    virtual_servers: VirtualServers = Field(
+        default_factory=dict,
+        description="Curated servers at /servers/NAME/mcp made of tools, prompts and resources of any backends "
+        "(gateway/config_virtual.py); names are DNS labels apart from the backends'.",
+    )
 
     @model_validator(mode="after")
     def _separator_vs_names(self) -> Config:
@@ -283,10 +290,13 @@ class Config(_Model):
             unknown = [n for n in names if n not in self.backends]
             if unknown:
                 raise ValueError(f"{where}: no backend named {', '.join(unknown)}")
+        _virtual_references(self.virtual_servers, self.backends)
         for topic, spec in self.mcpx.topics.items():
-            unknown = [n for n in spec.participants if n not in self.backends]
+            unknown = [n for n in spec.participants if n not in self.backends and n not in self.virtual_servers]
             if unknown:
-                raise ValueError(f"mcpx.topics.{topic}.participants: no backend named {', '.join(unknown)}")
+                raise ValueError(
+                    f"mcpx.topics.{topic}.participants: no backend or virtual server named {', '.join(unknown)}"
+                )
         self._mgp_references()
         return self
 

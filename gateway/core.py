@@ -43,6 +43,7 @@ from gateway.transports.http_common import Scope, header
 from gateway.upstreams import make_carrier
 from gateway.upstreams.affinity import EraAffinity, TwinEvents
 from gateway.upstreams.connection import BackendConnection
+from gateway.virtual_servers import VirtualView, door_names
 from policies import CapabilityPolicy, Decision, PolicyChain, Principal
 from policies.arguments import ArgumentValidationPolicy
 from policies.auth import Authenticator, AuthError, Credentials, PrincipalRegistry, bearer_token
@@ -144,6 +145,11 @@ class Gateway:
         self.catalogs = {n: BackendCatalog(n, fed.list_cache_s) for n in names}
         # Filled below, once the handler of their events exists; everyone holds the same mapping.
         self.connections: dict[str, BackendConnection] = {}
+        # Virtual servers (issue 17): curated views at /servers/NAME/ beside the backends' own.
+        self.virtual: dict[str, VirtualView] = {
+            name: VirtualView(name, server, fed.separator, config.backends.__contains__, door_names(self.federated))
+            for name, server in config.virtual_servers.items()
+        }
         self.server_identity = ServerIdentity(self.connections, self.federated)  # what clients are told
         self.mcpl = McplRelay(
             config=config.mcpl,
@@ -167,6 +173,7 @@ class Gateway:
             catalogs=self.catalogs,
             federated=self.federated,
             single=self.single,
+            virtual=self.virtual,
             sessions=self.sessions,
             metrics=self.metrics,
             connect=self._new_connection,
@@ -423,6 +430,10 @@ class Gateway:
             self.audit.record(decision.outcome, transport=transport, action="session/open", reason=decision.reason)
         return decision
 
+    def view_named(self, name: str) -> View | None:
+        """The view served at ``/servers/NAME/``: a backend's own, or a virtual server."""
+        return self.single.get(name) or self.virtual.get(name)
+
     def open_session(self, transport: str, view: View, credentials: Credentials) -> ClientSession:
         session = self.sessions.create(transport, view, self.principal_of(credentials))
         session.credentials = credentials
@@ -435,7 +446,7 @@ class Gateway:
         principal resolved again here, its MCPL and MGP facets derived again from its initialize."""
         credentials = credentials_of(record)
         name = record.get("view")
-        view = self.federated if name == self.federated.name else self.single.get(str(name))
+        view = self.federated if name == self.federated.name else self.view_named(str(name))
         transport = record.get("transport")
         if credentials is None or view is None or not isinstance(transport, str):
             return None
@@ -468,7 +479,18 @@ class Gateway:
         self.principals_changed()
         needs_restart = [
             key
-            for key in ("listen", "backends", "bus", "limits", "federation", "rate_limits", "pinning", "audit", "mcpx")
+            for key in (
+                "listen",
+                "backends",
+                "bus",
+                "limits",
+                "federation",
+                "rate_limits",
+                "pinning",
+                "audit",
+                "mcpx",
+                "virtual_servers",
+            )
             if getattr(config, key) != getattr(self.config, key)
         ]
         log.info(

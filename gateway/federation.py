@@ -18,7 +18,10 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from policies.virtual_access import VirtualServerAccess
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +162,21 @@ class Merged:
 
 
 class View:
-    """What a session sees: a set of backends under one naming scheme."""
+    """What a session sees: a set of backends under one naming scheme.
+
+    A virtual server (gateway/virtual_servers.py) is a View too; these class attributes are what it
+    changes, so that routing asks the view and never its type."""
+
+    # True: only what the view's lists show is reachable (no untouched passthrough of other methods).
+    curated = False
+    # Who may use the view and what its renames may reach (policies/virtual_access.py); None: no rule.
+    guard: VirtualServerAccess | None = None
+    # What the collision log suggests.
+    collision_hint = "use federation.prefix 'conditional' or 'always'"
+
+    def own_identity(self) -> dict[str, Any] | None:
+        """serverInfo, capabilities and instructions of its own (gateway/identity.py); None: derived."""
+        return None
 
     def __init__(self, name: str, backends: tuple[str, ...], namer: Namer) -> None:
         self.name = name
@@ -209,12 +226,12 @@ class View:
             if tag not in self._reported:
                 self._reported.add(tag)
                 log.error(
-                    "view %s: %s %r is offered by several backends (%s) and is withheld; "
-                    "use federation.prefix 'conditional' or 'always'",
+                    "view %s: %s %r is offered by several backends (%s) and is withheld; %s",
                     self.name,
                     kind,
                     exposed_key,
                     ", ".join(backends),
+                    self.collision_hint,
                 )
         self.merged[kind] = merged
         return merged

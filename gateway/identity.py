@@ -2,7 +2,8 @@
 
 A single-backend view (``/servers/NAME/``) shows that backend's own identity (minus MCPL and MGP,
 which the gateway speaks itself and shows only to the clients that asked); a federated view shows
-the gateway's, with the experimental capabilities and instructions of its ready backends merged.
+the gateway's, with the experimental capabilities and instructions of its ready backends merged;
+a virtual server shows its own, from its config (``View.own_identity``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ class ServerIdentity:
 
     def __call__(self, view: View) -> dict[str, Any]:
         """serverInfo, capabilities and instructions that a client of this view is shown."""
+        own = view.own_identity()  # a virtual server's, from its config
+        if own is not None:
+            return own
         if len(view.backends) == 1 and view is not self._federated:
             conn = self._connections[view.backends[0]]
             if conn.state == "ready":

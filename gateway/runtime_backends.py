@@ -7,7 +7,10 @@ same kind of connection) and can be removed again.
 Invariants: every step up to the connection's start is one synchronous step, so no request sees a
 half-added backend; a leaving backend is announced to clients (as a lost backend) while the views
 still hold it, then leaves every view before its calls in flight are given ``drain_s`` to finish;
-sessions of a view whose backends changed are told to list again. Once its connection is closed,
+sessions of a view whose backends changed are told to list again. A virtual server
+(gateway/virtual_servers.py) draws on the backends its entries name that exist: a removed one leaves
+it, and one registered again under such a name rejoins it; a virtual server's name is never given to
+a backend. Once its connection is closed,
 the ``on_removed`` listeners (what else keeps per-backend state: MGP's kernel, lifecycle and news,
 gateway/mgp/assembly.py; a dual-era backend's legacy twin, gateway/upstreams/affinity.py) are
 called in the same synchronous step that forgets the connection, while it is still under its name.
@@ -27,9 +30,12 @@ from gateway.federation import BackendCatalog, Namer, View
 from gateway.upstreams.listen import ListenOwner
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from gateway.metrics import Metrics
     from gateway.sessions import SessionStore
     from gateway.upstreams.connection import BackendConnection
+    from gateway.virtual_servers import VirtualView
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +52,7 @@ class RuntimeBackends:
         federated: View,
         single: MutableMapping[str, View],
         sessions: SessionStore,
+        virtual: Mapping[str, VirtualView] | None = None,
         metrics: Metrics,
         connect: Callable[[str, BackendConfig], BackendConnection],
         lost: Callable[[BackendConnection, str], None],
@@ -55,6 +62,7 @@ class RuntimeBackends:
         self._catalogs = catalogs
         self._federated = federated
         self._single = single
+        self._virtual = virtual if virtual is not None else {}
         self._sessions = sessions
         self._metrics = metrics
         self._connect = connect  # a connection built like the config's backends'
@@ -71,12 +79,17 @@ class RuntimeBackends:
             raise ValueError(f"{name!r} is not a backend name")
         if name in self._connections:
             raise ValueError(f"a backend named {name!r} already exists")
+        if name in self._virtual:
+            raise ValueError(f"{name!r} is the name of a virtual server")
         fed = self._federation
         self._catalogs[name] = BackendCatalog(name, fed.list_cache_s)
         conn = self._connections[name] = self._connect(name, cfg)
         self._metrics.backend_up.labels(name).set(0)
         self._single[name] = View(name, (name,), Namer("never", fed.separator, (name,)))
         self.reshape(self._federated, (*self._federated.backends, name))
+        for view in self._virtual.values():
+            if name in view.wanted:
+                self.reshape(view, tuple(b for b in view.wanted if b in self._connections))
         await conn.start()
         return conn
 
@@ -87,6 +100,9 @@ class RuntimeBackends:
         if conn.state == "ready":
             self._lost(conn, "deregistered")
         self.reshape(self._federated, tuple(b for b in self._federated.backends if b != name))
+        for view in self._virtual.values():
+            if name in view.backends:
+                self.reshape(view, tuple(b for b in view.backends if b != name))
         single = self._single.pop(name, None)
         if single is not None:
             self.reshape(single, ())  # its sessions now see nothing

@@ -101,6 +101,11 @@ class Catalog:
         # The chain decides, item by item, with the rule that would refuse the item's call
         # (capabilities; a tool whose definition changed and awaits approval; ...).
         items = [i for i in items if self._chain.visible(item_action(kind, i), principal, _target(merged, kind, i))]
+        guard = view.guard
+        if guard is not None and kind in ("tools", "prompts"):
+            # A virtual server: the real tool or prompt must be allowed too (policies/virtual_access.py).
+            index = merged.index
+            items = [i for i in items if guard.visible(principal, kind, *index[i["name"]])]
         if kind == "tools":
             # No client sees a backend's reserved mgp.* tools (§1.6.3); plain MCP clients see no
             # tool's MGP fields either.

@@ -62,6 +62,9 @@ class ListenAdmission:
         event = mcp_adapter.decode(message, jsonrpc.Shape.REQUEST, session=session.id, principal=principal.name)
         started = time.perf_counter()
         decision = await self._chain.admit(event, principal)
+        guard = session.view.guard  # a virtual server's principals (policies/virtual_access.py)
+        if guard is not None and decision.allowed:
+            decision = guard.admits(principal) or decision
         if not decision.allowed:
             self._router.audit(session, event, decision.outcome, "gateway", started, decision.reason)
             return decision

@@ -233,6 +233,9 @@ class Router:
         decision = self._chain.admit_now(event, principal)
         if not isinstance(decision, Decision):
             decision = await decision  # a member that must be awaited (policies/chain.py)
+        guard = session.view.guard  # a virtual server's principals (policies/virtual_access.py)
+        if guard is not None and decision.allowed:
+            decision = guard.admits(principal) or decision
         if not decision.allowed:
             method = self._metric_method(event.method)
             self._metrics.observe_request(method, "gateway", decision.outcome, None)
@@ -400,6 +403,11 @@ class Router:
         )
         if tools and original in mcpc_handshake.HANDSHAKE_TOOLS:
             return self._mcpc.handshake(call, original)  # a backend's own handshake tool, by its prefixed name
+        guard = session.view.guard
+        if guard is not None:  # a virtual server: the real tool or prompt is held to the capabilities too
+            denied = guard.reaches(call.principal, event.method or "", backend, original)
+            if denied is not None:
+                raise PolicyDenied(denied, backend)
         # A new params object only when the name changes (a prefixing view): nothing downstream
         # modifies the params it is given (copy on write), so the client's own can go as they are.
         params = sent if original == name else {**sent, "name": original}
@@ -441,6 +449,10 @@ class Router:
         if ref.get("type") == "ref/prompt":
             backend, original = await self._catalog.resolve_name(view, "prompts", ref.get("name"))
             new_ref = {**ref, "name": original}
+            guard = view.guard
+            denied = guard.reaches(call.principal, "completion/complete", backend, original) if guard else None
+            if denied is not None:
+                raise PolicyDenied(denied, backend)
         elif ref.get("type") == "ref/resource":
             backend, original = await self._catalog.resolve_uri(view, ref.get("uri"))
             new_ref = {**ref, "uri": original}
@@ -473,7 +485,11 @@ class Router:
 
     async def _passthrough(self, call: Call) -> Routed:
         """A method the gateway does not interpret goes, untouched, to the one backend that can take it."""
-        backends = call.session.view.backends
+        view = call.session.view
+        backends = view.backends
+        if view.curated:
+            # A virtual server offers what its lists show, nothing passed through untouched.
+            raise jsonrpc.RpcError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {call.event.method}")
         if mgp_names.is_mgp_method(call.event.method):
             # MGP toward a backend is the kernel's (grants, callbacks, shutdown): a client's MGP
             # request is answered by the gateway's MGP server or not at all, never relayed.
