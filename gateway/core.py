@@ -198,6 +198,8 @@ class Gateway:
             replica=replica,
             registrations=self.replicas.registrations,
             permissions=self.replicas.permissions,
+            federated=self.federated,
+            virtual=self.virtual,  # listed by mgp/discovery/list like backends (gateway/mgp/registry.py)
         )
         # MCPC (gateway/mcpc/): detection on connect, the task table, callbacks, translation both ways.
         self.mcpc = Mcpc(

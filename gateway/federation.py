@@ -171,8 +171,8 @@ class View:
     curated = False
     # Who may use the view and what its renames may reach (policies/virtual_access.py); None: no rule.
     guard: VirtualServerAccess | None = None
-    # What the collision log suggests.
-    collision_hint = "use federation.prefix 'conditional' or 'always'"
+    # What the collision log and error suggest.
+    collision_hint = "set federation.prefix to 'conditional' or 'always'"
 
     def own_identity(self) -> dict[str, Any] | None:
         """serverInfo, capabilities and instructions of its own (gateway/identity.py); None: derived."""

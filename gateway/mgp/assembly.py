@@ -38,7 +38,7 @@ from policies.mgp_permissions import OWNER_MARK, PendingPermissions, PendingRequ
 if TYPE_CHECKING:
     from gateway.audit import AuditLog
     from gateway.config import Mgp as MgpConfig
-    from gateway.federation import BackendCatalog
+    from gateway.federation import BackendCatalog, View
     from gateway.routing.catalog import Catalog
     from gateway.sessions import SessionStore
     from gateway.upstreams.connection import BackendConnection
@@ -110,9 +110,12 @@ def assemble(
     replica: str = "",
     registrations: SharedRegistry | None = None,
     permissions: SharedPending | None = None,
+    federated: View | None = None,
+    virtual: Mapping[str, View] | None = None,
 ) -> Mgp:
     """``registrations`` and ``permissions``: with many replicas, runtime backends and waiting
-    permission requests shared with the others (gateway/replicas/); None keeps them here."""
+    permission requests shared with the others (gateway/replicas/); None keeps them here. ``federated``
+    and ``virtual``: the ``/mcp`` view and the virtual servers, which its ``mgp/discovery/list`` shows."""
     # A waiting permission request's id names its replica: an operator's answer on another replica
     # is run on this one (gateway/replicas/owner_relay.py).
     pending = PendingPermissions(
@@ -165,6 +168,8 @@ def assemble(
         audit=audit,
         register_commands=config.register_commands,
         shared=registrations,
+        federated=federated,
+        virtual=virtual,
     )
     if registrations is not None:
         registrations.serve(registry)

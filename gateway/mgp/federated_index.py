@@ -26,7 +26,8 @@ Invariants:
    disconnected|all``); a backend that is ready but lists no tools any more is dropped.
 3. **Visibility is the chain's, as for ``tools/list``**: :meth:`ViewIndex.visibility` asks
    ``PolicyChain.visible`` with the same action and target ``Catalog.page`` uses, so a caller never discovers
-   a tool it could not list or call (capabilities, MGP access control, tool pinning).
+   a tool it could not list or call (capabilities, MGP access control, tool pinning); on a virtual server,
+   its guard too (the real tool, policies/virtual_access.py), as ``Catalog.page`` does.
 4. A query that raced a list change (the generation moved while the catalog was awaited) is answered from
    what it got, and the next query reconciles again.
 """
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from gateway.upstreams.connection import BackendConnection
     from policies.chain import PolicyChain
     from policies.principal import Principal
+    from policies.virtual_access import VirtualServerAccess
 
 __all__ = ["FederatedIndex", "ViewIndex"]
 
@@ -74,10 +76,11 @@ class ViewIndex:
     indexed: dict[str, _Indexed] = field(default_factory=dict)
     seen: _Seen | None = None
     checked: float = 0.0  # monotonic time of the last catalog merge
+    guard: VirtualServerAccess | None = None  # the view's, when it is a virtual server
 
     def visibility(self, chain: PolicyChain, principal: Principal) -> Visibility:
         """The caller's view of the index: the rule of ``Catalog.page`` (invariant 3)."""
-        targets = self.targets
+        targets, guard = self.targets, self.guard
 
         def visible(tool: IndexedTool) -> bool:
             target = targets.get(tool.name)
@@ -87,6 +90,7 @@ class ViewIndex:
                 and target.backend == tool.server_id
                 and target.item is not None
                 and chain.visible(item_action("tools", target.item), principal, target)
+                and (guard is None or guard.visible(principal, "tools", target.backend, target.name or tool.name))
             )
 
         return visible
@@ -139,7 +143,7 @@ class FederatedIndex:
                 return found  # no list changed, no backend came or went: not even a merge
         merged = await self._catalog.merged(view, "tools")
         if found is None:
-            found = self._views.setdefault(view, ViewIndex())
+            found = self._views.setdefault(view, ViewIndex(guard=view.guard))
         after = self._seen(view)
         found.checked = started
         if found.seen is not None and _same(found.seen, after):

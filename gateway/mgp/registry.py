@@ -7,6 +7,10 @@
   tools, trust_level}``, plus ``transport``, ``state`` (the connection state), ``tool_count``,
   ``permissions_required`` and ``source`` (``config`` or ``runtime``). ``tools`` are the names the
   caller calls them by, and only those it may call (the chain decides, as for ``tools/list``).
+  Virtual servers (issue 17) are listed in the federated view like backends (``source: virtual``,
+  ``transport: virtual``, ``backends``: those they draw on, ``tools``: their exposed names the caller
+  may call there; connected while one of their backends is; the least trust level of their backends);
+  one whose ``principals`` exclude the caller is not listed.
   ``mgp_version``/``extensions`` are present only when the kernel negotiated MGP with the backend.
 - ``register`` adds a backend at runtime from the §15.4 params, mapped onto the config's ``Backend``
   model and validated by it; it connects, joins the federated view (and gets its own
@@ -39,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from adapters.mgp import extensions, names, security, versions
+from adapters.mgp.security import TRUST_LEVELS
 from gateway import jsonrpc
 from gateway.config import BACKEND_NAME, Backend as BackendConfig
 from gateway.errors import MgpCode, mgp_error_data
@@ -137,7 +142,10 @@ class Registry:
         audit: AuditLog,
         register_commands: bool = False,
         shared: SharedRegistry | None = None,
+        federated: View | None = None,
+        virtual: Mapping[str, View] | None = None,
     ) -> None:
+        """``federated`` and ``virtual``: the ``/mcp`` view, whose ``list`` also shows the virtual servers."""
         self._connections = connections
         self._catalog = catalog
         self._chain = chain
@@ -149,6 +157,8 @@ class Registry:
         self._register_commands = register_commands
         self._shared = shared
         self._runtime: dict[str, RuntimeBackend] = {}
+        self._federated = federated
+        self._virtual = virtual if virtual is not None else {}
 
     def handlers(self) -> dict[str, Callable[[Call], Awaitable[Routed]]]:
         return {LIST: self.list_servers, REGISTER: self.register, DEREGISTER: self.deregister}
@@ -189,7 +199,32 @@ class Registry:
             if wanted_perms and (record is None or not wanted_perms <= set(record.permissions_required)):
                 continue
             servers.append(entry)
+        if view is self._federated and not wanted_ext and not wanted_perms:  # no kernel record to filter on
+            for name, virtual in self._virtual.items():
+                shown = await self._virtual_entry(name, virtual, call.principal)
+                if shown is not None and (wanted_status == "all" or shown["status"] == wanted_status):
+                    servers.append(shown)
         return Routed(jsonrpc.result(call.rpc_id, {"servers": servers}))
+
+    async def _virtual_entry(self, name: str, view: View, principal: Principal) -> dict[str, Any] | None:
+        """A virtual server as a §15.2 entry (see the module); None when the caller may not use it."""
+        if view.guard is not None and view.guard.admits(principal) is not None:
+            return None
+        tools = [t for names_of in (await self._visible_tools(view, principal)).values() for t in names_of]
+        conns = [c for c in (self._connections.get(b) for b in view.backends) if c is not None]
+        ready = any(c.state == "ready" for c in conns)
+        trust = max((self.trust_level(c.name) for c in conns), key=TRUST_LEVELS.index, default=TRUST_LEVELS[-1])
+        return {
+            "id": name,
+            "status": "connected" if ready else "disconnected",
+            "state": "ready" if ready else "disconnected",
+            "transport": "virtual",
+            "backends": [c.name for c in conns],
+            "tools": tools,
+            "tool_count": len(tools),
+            "trust_level": trust,
+            "source": "virtual",
+        }
 
     def _entry(self, name: str, conn: BackendConnection, tools: list[str], version: str | None) -> dict[str, Any]:
         ready = conn.state == "ready"
@@ -214,11 +249,14 @@ class Registry:
     async def _visible_tools(self, view: View, principal: Principal) -> dict[str, list[str]]:
         """Tool names per backend as this caller sees them in its view, only those it may call."""
         merged = await self._catalog.merged(view, "tools")
+        guard = view.guard  # a virtual server's: the real tool must be allowed too (as Catalog.page)
         out: dict[str, list[str]] = {}
         for item in merged.items:
             exposed = item["name"]
             hit = merged.index.get(exposed)
             if hit is None or names.is_reserved_tool_name(hit[1]):
+                continue
+            if guard is not None and not guard.visible(principal, "tools", hit[0], hit[1]):
                 continue
             if self._chain.visible(item_action("tools", item), principal, Target(hit[0], hit[1], item)):
                 out.setdefault(hit[0], []).append(exposed)

@@ -181,7 +181,7 @@ class Catalog:
         found = self.resolve_name_now(view, kind, exposed)
         if found is not None:
             return found
-        return self._hit(await self.merged(view, kind), kind, exposed)
+        return self._hit(await self.merged(view, kind), kind, exposed, view.collision_hint)
 
     def resolve_name_now(self, view: View, kind: ListKind, exposed: Any) -> tuple[str, str] | None:
         """:meth:`resolve_name` when it needs no await (the view's namer knows the name, or the merged
@@ -195,15 +195,14 @@ class Catalog:
         merged = view.merged.get(kind)
         if merged is None or exposed not in merged.index:
             return None
-        return self._hit(merged, kind, exposed)
+        return self._hit(merged, kind, exposed, view.collision_hint)
 
     @staticmethod
-    def _hit(merged: Merged, kind: ListKind, exposed: str) -> tuple[str, str]:
+    def _hit(merged: Merged, kind: ListKind, exposed: str, hint: str) -> tuple[str, str]:
         if exposed in merged.collisions:
             raise jsonrpc.RpcError(
                 jsonrpc.NAME_NOT_ROUTABLE,
-                f"{exposed!r} is offered by several backends ({', '.join(merged.collisions[exposed])}); "
-                "set federation.prefix to 'conditional' or 'always'",
+                f"{exposed!r} is offered by several backends ({', '.join(merged.collisions[exposed])}); {hint}",
             )
         hit = merged.index.get(exposed)
         if hit is None:
