@@ -288,6 +288,7 @@ class Gateway:
             catalog=self.catalog,
             catalogs=self.catalogs,
             views=self.single,
+            virtual=self.virtual,  # a topic participant may be a virtual server (gateway/mcpx/virtual_routes.py)
             chain=self.chain,
             audit=self.audit,
             mcpc=self.mcpc.calls,

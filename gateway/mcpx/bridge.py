@@ -11,6 +11,11 @@ matches the payload (§4.3): a capability for ``tools/call:echo`` must not run a
 At most ``mcpx.max_inflight_per_backend`` topic calls run at once per backend participant; more are
 answered at once with a "busy" error.
 
+A participant list may also name a virtual server (issue 17): it joins while one of its backends is
+ready, announces its view's tools, and each call is mapped to the real backend by
+gateway/mcpx/virtual_routes.py before it takes the same path as a backend's (dispatch checks, the
+backend's connection, audit); answers come from the virtual server's id.
+
 Many replicas (ADR 0015): every replica's bridge tries to join its backends, but a participant id
 has one registry entry over all replicas, so exactly one bridge holds each backend participant and
 answers its calls; the others stand by (retrying every beat) and take over when that entry goes
@@ -28,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from adapters import mcpx
 from gateway import jsonrpc
+from gateway.mcpx import virtual_routes
 from gateway.mcpx.hub import JoinRefused, Participant
 from gateway.telemetry.conventions import error_type_of, error_type_of_exception
 from policies.chain import Target
@@ -69,10 +75,12 @@ class BackendParticipants:
         audit: AuditLog,
         mcpc: McpcCalls | None = None,
         tracing: Tracing | None = None,
+        virtual: Mapping[str, View] | None = None,
     ) -> None:
         """``catalog`` merges a backend's tools through ``views`` (one single-backend view per
         name); ``catalogs`` are the backends' own, read for pinned definitions and list changes.
-        ``tracing``: a CLIENT span per call, under the envelope's span (gateway/telemetry/); None: off."""
+        ``tracing``: a CLIENT span per call, under the envelope's span (gateway/telemetry/); None: off.
+        ``virtual``: the virtual servers by name, for participant lists that name one."""
         self._cfg = config
         self._max_inflight = config.max_inflight_per_backend
         self._topics = topics
@@ -80,6 +88,7 @@ class BackendParticipants:
         self._catalog = catalog
         self._catalogs = catalogs
         self._views = views
+        self._virtual = virtual if virtual is not None else {}
         self._chain = chain
         self._audit = audit
         self._mcpc = mcpc  # an MCPC backend's task is held to its end (gateway/mcpc/calls.py)
@@ -91,7 +100,12 @@ class BackendParticipants:
         for topic, spec in self._cfg.topics.items():
             for name in spec.participants:
                 capabilities = CapabilitySet(spec.capabilities.get(name, list(DEFAULT_CAPABILITIES)))
-                self._spawn(self._attend(topic, name, capabilities))
+                view = self._virtual.get(name)
+                self._spawn(
+                    self._attend(topic, name, capabilities)
+                    if view is None
+                    else self._attend_virtual(topic, name, view, capabilities)
+                )
 
     async def stop(self) -> None:
         for task in list(self._tasks):
@@ -105,10 +119,10 @@ class BackendParticipants:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _tools(self, name: str) -> list[dict[str, Any]]:
+    async def _tools(self, name: str, view: View | None = None) -> list[dict[str, Any]]:
         try:
             async with asyncio.timeout(_LIST_TIMEOUT_S):
-                merged = await self._catalog.merged(self._views[name], "tools")
+                merged = await self._catalog.merged(view if view is not None else self._views[name], "tools")
         except (TimeoutError, jsonrpc.RpcError) as exc:
             log.warning("MCPx: tools of backend %s unavailable: %s", name, exc)
             return []
@@ -124,21 +138,10 @@ class BackendParticipants:
                 continue
             participant = Participant(name, capabilities, self._deliverer(topic, name), "directed")
             participant.tools = await self._tools(name)
-            try:
-                await self._topics.enter(topic, participant)
-            except JoinRefused as exc:
-                if self._topics.span is not None and exc.code == 1008:
-                    # Another replica's bridge holds this backend's entry: it answers the topic's
-                    # calls; this one stands by and takes over when that entry goes (ADR 0015).
-                    if not standing_by:
-                        log.info("MCPx: backend %s stands by in topic %s (%s)", name, topic, exc.reason)
-                    standing_by = True
-                    await asyncio.sleep(self._topics.span.beat_s)
-                    continue
-                log.error("MCPx: backend %s cannot join topic %s: %s", name, topic, exc.reason)
-                await asyncio.sleep(_READY_POLL_S)
+            joined = await self._enter(topic, participant, standing_by)
+            standing_by = joined is False
+            if not joined:
                 continue
-            standing_by = False
             log.info("MCPx: backend %s joined topic %s with %d tool(s)", name, topic, len(participant.tools))
             catalog = self._catalogs[name]
             generation = catalog.generation
@@ -156,6 +159,70 @@ class BackendParticipants:
                             self._topics.reannounce(topic, participant)
             finally:
                 self._topics.leave(topic, participant)
+
+    async def _enter(self, topic: str, participant: Participant, standing_by: bool) -> bool | None:
+        """Join ``topic``: True; False: another replica holds the entry and this one stands by; None:
+        refused. Either refusal has waited before it returns (the caller simply tries again)."""
+        try:
+            await self._topics.enter(topic, participant)
+            return True
+        except JoinRefused as exc:
+            name = participant.id
+            if self._topics.span is not None and exc.code == 1008:
+                # Another replica's bridge holds this backend's entry: it answers the topic's
+                # calls; this one stands by and takes over when that entry goes (ADR 0015).
+                if not standing_by:
+                    log.info("MCPx: backend %s stands by in topic %s (%s)", name, topic, exc.reason)
+                await asyncio.sleep(self._topics.span.beat_s)
+                return False
+            log.error("MCPx: backend %s cannot join topic %s: %s", name, topic, exc.reason)
+            await asyncio.sleep(_READY_POLL_S)
+            return None
+
+    async def _attend_virtual(self, topic: str, name: str, view: View, capabilities: CapabilitySet) -> None:
+        """A virtual server's :meth:`_attend`: in the topic while one of its backends is ready, its
+        announced tools kept to its view's (any of its backends' lists changing)."""
+        standing_by = False
+        while True:
+            if not self._any_ready(view):
+                await asyncio.sleep(_WATCH_S)  # polled like _attend's watch: no "some backend ready" signal
+                continue
+            participant = Participant(name, capabilities, self._deliverer(topic, name), "directed")
+            participant.tools = await self._tools(name, view)
+            joined = await self._enter(topic, participant, standing_by)
+            standing_by = joined is False
+            if not joined:
+                continue
+            log.info("MCPx: virtual server %s joined topic %s with %d tool(s)", name, topic, len(participant.tools))
+            generations = self._generations(view)
+            try:
+                while self._any_ready(view):
+                    await asyncio.sleep(_WATCH_S)
+                    if self._generations(view) != generations:
+                        generations = self._generations(view)
+                        tools = await self._tools(name, view)
+                        if tools != participant.tools:
+                            participant.tools = tools
+                            self._topics.reannounce(topic, participant)
+            finally:
+                self._topics.leave(topic, participant)
+
+    def _any_ready(self, view: View) -> bool:
+        return any((conn := self._connections.get(b)) is not None and conn.state == "ready" for b in view.backends)
+
+    def _generations(self, view: View) -> tuple[tuple[str, int], ...]:
+        return tuple((b, c.generation) for b in view.backends if (c := self._catalogs.get(b)) is not None)
+
+    def _sender(self, topic_name: str, sender: str) -> Principal:
+        """The sender with its capabilities in the topic (this replica's participant, else its
+        registry entry on another replica; unknown: none)."""
+        topic = self._topics.get(topic_name)
+        local = topic.participants.get(sender) if topic is not None else None
+        if local is not None:
+            return Principal(sender, local.capabilities)
+        entry = topic.remote.get(sender) if topic is not None else None
+        patterns = entry.data.get("patterns") if entry is not None else None
+        return Principal(sender, CapabilitySet(patterns if isinstance(patterns, list) else []))
 
     def _deliverer(self, topic: str, name: str) -> Any:
         def deliver(envelope: dict[str, Any], _text: str) -> bool:
@@ -185,15 +252,30 @@ class BackendParticipants:
                 self._answer(topic, name, envelope, error=(jsonrpc.METHOD_NOT_FOUND, f"{method!r} is not available"))
                 return
             params = payload.get("params")
+            backend = name
+            view = self._virtual.get(name)
+            if view is not None:  # a virtual server: the real backend and names (virtual_routes.py)
+                sender = self._sender(topic, str(envelope.get("from")))
+                try:
+                    routed = await virtual_routes.route(
+                        self._catalog, view, method, params if isinstance(params, dict) else None, sender
+                    )
+                except jsonrpc.RpcError as exc:
+                    self._answer(topic, name, envelope, error=(exc.code, exc.message))
+                    return
+                if isinstance(routed, dict):
+                    self._answer(topic, name, envelope, result=routed)  # a list, answered from the view
+                    return
+                backend, params = routed
             if method == "tools/call" and self._chain.has_dispatch:
                 # The same dispatch-stage decisions as any MCP client's call: argument validation and
                 # pinned tool definitions. (Admission - capabilities, rates - ran when the envelope came in.)
                 tool = params.get("name") if isinstance(params, dict) else None
-                item = next((t for t in self._catalogs[name].peek("tools") or [] if t.get("name") == tool), None)
+                item = next((t for t in self._catalogs[backend].peek("tools") or [] if t.get("name") == tool), None)
                 decision = await self._chain.dispatch(
                     mcpx.decode(envelope),
                     Principal(str(envelope.get("from")), CapabilitySet([])),
-                    Target(name, tool if isinstance(tool, str) else None, item),
+                    Target(backend, tool if isinstance(tool, str) else None, item),
                 )
                 if not decision.allowed:
                     self._audit.record(
@@ -202,18 +284,18 @@ class BackendParticipants:
                         principal=envelope.get("from"),
                         topic=topic,
                         action=envelope["kind"],
-                        backend=name,
+                        backend=backend,
                         reason=decision.reason,
                     )
                     self._answer(topic, name, envelope, error=(decision.code, decision.reason))
                     return
-            conn = self._connections[name]
+            conn = self._connections[backend]
             # Progress and log lines of the call go to the requester, as MCP notification envelopes.
             sink = _RequesterSink(self._topics, topic, name, envelope)
             params = params if isinstance(params, dict) else None
             span: ClientSpan | None = None
             if self._tracing is not None:
-                span, params = self._tracing.client(name, conn, method, params)
+                span, params = self._tracing.client(backend, conn, method, params)
             error_type = ""
             try:
                 if method == "tools/call" and self._mcpc is not None and params is not None:

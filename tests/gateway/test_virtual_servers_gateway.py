@@ -123,14 +123,14 @@ async def test_a_removed_backend_leaves_the_virtual_server_and_rejoins_it(gatewa
     view = session.view
     mark = session.standalone.last_seq
     await gateway.runtime.remove("demo2", 0.5)
-    assert view.backends == ("demo",)
+    assert list(view.backends) == ["demo"]
     assert {t["name"] for t in (await ask(gateway, session, "tools/list", {}))["result"]["tools"]} == {"echo"}
     async with asyncio.timeout(5):
         told = [m["method"] for _, m in await session.standalone.read(mark)]
     assert "notifications/tools/list_changed" in told
     conn = await gateway.runtime.add("demo2", Backend(transport="builtin"))
     assert await conn.wait_ready(10)
-    assert view.backends == ("demo", "demo2")
+    assert list(view.backends) == ["demo", "demo2"]
     assert {t["name"] for t in (await ask(gateway, session, "tools/list", {}))["result"]["tools"]} == {"echo", "sum"}
 
 
