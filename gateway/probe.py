@@ -90,7 +90,8 @@ class BackendReport:
 class Collision:
     kind: str  # tools, prompts, resources, resourceTemplates
     name: str  # the name (or URI) as clients of /mcp would see it
-    backends: tuple[str, ...]
+    backends: tuple[str, ...]  # for a virtual server: its BACKEND:original items
+    server: str | None = None  # the virtual server that would withhold it (issue 17); None: /mcp
 
 
 @dataclass(slots=True)
@@ -115,7 +116,11 @@ class ProbeReport:
             "ok": self.ok,
             "federation": {"prefix": self.prefix, "separator": self.separator},
             "backends": {b.name: b.to_json() for b in self.backends},
-            "collisions": [{"kind": c.kind, "name": c.name, "backends": list(c.backends)} for c in self.collisions],
+            "collisions": [
+                {"kind": c.kind, "name": c.name, "backends": list(c.backends)}
+                | ({"virtual_server": c.server} if c.server is not None else {})
+                for c in self.collisions
+            ],
             "unreachable_required": self.unreachable_required,
             "notes": self.notes,
         }
@@ -123,6 +128,12 @@ class ProbeReport:
     def lines(self) -> list[str]:
         lines = [line for backend in self.backends for line in backend.lines()]
         for c in self.collisions:
+            if c.server is not None:
+                lines.append(
+                    f"collision: {c.kind} {c.name!r} would be exposed for {', '.join(c.backends)} by virtual server "
+                    f"{c.server!r}: /servers/{c.server}/mcp withholds it (rename one in virtual_servers.{c.server})"
+                )
+                continue
             lines.append(
                 f"collision: {c.kind} {c.name!r} is offered by {', '.join(c.backends)} under federation.prefix "
                 f"{self.prefix!r}: /mcp withholds it (use prefix 'conditional' or 'always', or rename it)"
@@ -228,14 +239,21 @@ async def _list(conn: BackendConnection, kind: ListKind, timeout_s: float) -> li
 
 
 def _collisions(gateway: Gateway, found: list[tuple[str, dict[ListKind, list[dict[str, Any]]]]]) -> list[Collision]:
-    """Names the federated view (``/mcp``) would withhold, merged by its own rules (gateway/federation.py)."""
+    """Names the federated view (``/mcp``) would withhold, merged by its own rules (gateway/federation.py),
+    then those each virtual server would (gateway/virtual_servers.py: a ``*`` entry meeting another item)."""
     collisions = []
     view = gateway.federated
-    # The view logs each collision at ERROR; the report says it already.
-    with _quiet(logging.getLogger("gateway.federation")):
+    # The views log each collision at ERROR; the report says it already.
+    with _quiet(logging.getLogger("gateway.federation")), _quiet(logging.getLogger("gateway.virtual_servers")):
         for kind in KINDS:
             merged = view.merge(kind, [(name, lists[kind]) for name, lists in found if kind in lists])
             collisions += [Collision(kind, name, tuple(owners)) for name, owners in sorted(merged.collisions.items())]
+        for server, virtual in gateway.virtual.items():
+            for kind in KINDS:
+                merged = virtual.merge(kind, [(name, lists[kind]) for name, lists in found if kind in lists])
+                collisions += [
+                    Collision(kind, name, tuple(owners), server) for name, owners in sorted(merged.collisions.items())
+                ]
     return collisions
 
 

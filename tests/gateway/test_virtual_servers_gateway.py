@@ -13,6 +13,7 @@ import pytest
 from gateway import jsonrpc
 from gateway.config import Backend, Config
 from gateway.core import Gateway
+from gateway.probe import probe
 from gateway.sessions import ClientSession
 from policies.auth import Credentials
 from policies.patterns import CapabilitySet
@@ -140,3 +141,22 @@ async def test_a_virtual_servers_name_is_never_given_to_a_backend(gateway: Gatew
     assert gateway.view_named("ops") is gateway.virtual["ops"]
     assert gateway.view_named("demo") is gateway.single["demo"]
     assert gateway.view_named("nothing") is None
+
+
+async def test_check_probe_reports_a_virtual_servers_collision() -> None:
+    config = Config.model_validate({**CONFIG, "federation": {"prefix": "always"}})
+    report = await probe(config, timeout_s=10)
+    found = [c for c in report.collisions if c.server == "clash"]
+    assert {(c.kind, c.name) for c in found} == {("tools", "echo"), ("tools", "add"), ("tools", "slow_count")}
+    assert all(c.backends == ("demo2:" + c.name, "demo:" + c.name) for c in found)
+    assert [c for c in report.collisions if c.server is None] == [], "/mcp prefixes: no collision there"
+    assert not report.ok
+    text = "\n".join(report.lines())
+    assert "by virtual server 'clash': /servers/clash/mcp withholds it" in text
+    assert report.to_json()["collisions"][0]["virtual_server"] == "clash"
+
+
+def test_a_config_change_to_virtual_servers_needs_a_restart() -> None:
+    gw = Gateway(Config.model_validate(CONFIG))
+    changed = Config.model_validate({**CONFIG, "virtual_servers": {"ops": {"tools": ["demo:*"]}}})
+    assert gw.reload(changed) == ["virtual_servers"]
