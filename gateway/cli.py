@@ -49,7 +49,8 @@ def _check(args: argparse.Namespace) -> int:
         return 1
     if args.probe:
         return _probe(config, args)
-    print(f"{args.config}: ok ({len(config.backends)} backend(s), prefix mode {config.federation.prefix})")
+    virtual = f", {len(config.virtual_servers)} virtual server(s)" if config.virtual_servers else ""
+    print(f"{args.config}: ok ({len(config.backends)} backend(s){virtual}, prefix mode {config.federation.prefix})")
     return 0
 
 

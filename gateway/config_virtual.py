@@ -155,7 +155,12 @@ def check_references(virtual: Mapping[str, VirtualServer], backends: Iterable[st
     for name, server in virtual.items():
         at: tuple[str | int, ...] = ("virtual_servers", name)
         if name in known:
-            _located("virtual server {name} has a backend's name (both would be /servers/{name}/mcp)", at, name=name)
+            _located(
+                "virtual server {quoted} has a backend's name (both would be /servers/{name}/mcp)",
+                at,
+                quoted=repr(name),
+                name=name,
+            )
         for kind in ("tools", "prompts", "resources"):
             for index, entry in enumerate(getattr(server, kind)):
                 backend, _ = split_entry(entry)

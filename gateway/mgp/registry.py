@@ -308,6 +308,8 @@ class Registry:
             )
         if name in self._connections:
             raise _taken(f"a server named {name!r} already exists")
+        if name in self._virtual:
+            raise _taken(f"{name!r} is the name of a virtual server")
         config = self._backend_config(params)
         shared = self._shared if from_replica is None else None
         if shared is not None and not await shared.claim(name, raw, registered_by):

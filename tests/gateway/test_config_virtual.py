@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
+from gateway.app import front_doors
+from gateway.cli import main as cli_main
 from gateway.config import ConfigError, ConfigIssue, parse_config
 
 BACKENDS = """\
@@ -208,3 +211,24 @@ def test_a_topic_participant_must_be_a_backend_or_a_virtual_server() -> None:
 def test_server_info_needs_a_name() -> None:
     issue = one("virtual_servers:\n  ops: {tools: ['files:*'], server_info: {version: '1'}}\n")
     assert issue.path == "virtual_servers.ops.server_info.name"
+
+
+def test_check_counts_virtual_servers_and_run_prints_their_doors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "cfg.yaml"
+    path.write_text(BACKENDS + "virtual_servers:\n  ops: {tools: ['files:*']}\n")
+    assert cli_main(["check", "-c", str(path)]) == 0
+    assert "ok (2 backend(s), 1 virtual server(s), prefix mode conditional)" in capsys.readouterr().out
+    doors = front_doors("http://127.0.0.1:8787", parse_config(path.read_text(), environ={}))
+    assert "virtual ops          http://127.0.0.1:8787/servers/ops/mcp  (also /sse, /mcp/ws)" in doors
+
+
+def test_check_explains_a_virtual_server_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "cfg.yaml"
+    path.write_text(BACKENDS + "virtual_servers:\n  files: {tools: ['weather:*']}\n")
+    assert cli_main(["check", "-c", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert (
+        f"{path}:5: virtual_servers.files: virtual server 'files' has a backend's name" in captured.out + captured.err
+    )

@@ -160,3 +160,13 @@ def test_a_config_change_to_virtual_servers_needs_a_restart() -> None:
     gw = Gateway(Config.model_validate(CONFIG))
     changed = Config.model_validate({**CONFIG, "virtual_servers": {"ops": {"tools": ["demo:*"]}}})
     assert gw.reload(changed) == ["virtual_servers"]
+
+
+async def test_mgp_registration_under_a_virtual_servers_name_is_refused(gateway: Gateway) -> None:
+    session = await session_on(gateway)
+    params = {"id": "ops", "transport": "http", "url": "http://127.0.0.1:9/mcp"}
+    refused = await ask(
+        gateway, session, "mgp/discovery/register", params, principal=Principal("admin", CapabilitySet(["*"]))
+    )
+    assert "error" in refused and "virtual server" in refused["error"]["message"], refused
+    assert gateway.view_named("ops") is gateway.virtual["ops"] and "ops" not in gateway.connections
