@@ -482,20 +482,11 @@ class Gateway:
         self.principals_changed()
         needs_restart = [
             key
-            for key in (
-                "listen",
-                "backends",
-                "bus",
-                "limits",
-                "federation",
-                "rate_limits",
-                "pinning",
-                "audit",
-                "mcpx",
-                "virtual_servers",
-            )
+            for key in ("listen", "backends", "bus", "limits", "federation", "rate_limits", "pinning", "audit", "mcpx")
             if getattr(config, key) != getattr(self.config, key)
         ]
+        if config.virtual_servers != self.config.virtual_servers:  # views are built at start (issue 17)
+            needs_restart.append("virtual_servers")
         log.info(
             "config reloaded: %d principal(s)%s",
             len(config.principals),

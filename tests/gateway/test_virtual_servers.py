@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given, strategies as st
 
-from gateway.config_virtual import VirtualServer
+from gateway.config_virtual import VirtualServer, split_entry
 from gateway.federation import Namer, View
 from gateway.virtual_servers import SelectingNamer, Selection, VirtualView, door_names
 
@@ -163,3 +163,21 @@ def test_door_names_follow_the_federated_prefixing() -> None:
     assert names("a", "echo") == ("echo",)
     federated.set_backends(("a", "b"))  # conditional prefixing switches on with a second backend
     assert names("a", "echo") == ("echo", "a__echo")
+
+
+@given(
+    backend=st.from_regex(r"[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?", fullmatch=True),
+    pattern=st.text(min_size=1, max_size=30),
+)
+def test_an_entry_splits_at_its_first_colon(backend: str, pattern: str) -> None:
+    assert split_entry(f"{backend}:{pattern}") == (backend, pattern)
+
+
+@given(entry=st.text(max_size=30))
+def test_split_entry_accepts_or_refuses_but_never_crashes(entry: str) -> None:
+    try:
+        backend, pattern = split_entry(entry)
+    except ValueError as exc:
+        assert "BACKEND:PATTERN" in str(exc)
+    else:
+        assert entry == f"{backend}:{pattern}" and pattern
