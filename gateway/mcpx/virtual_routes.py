@@ -7,9 +7,10 @@ request is mapped as that door maps it, by the same catalog: a tool or prompt by
 ``(backend, original)``, a resource URI through the view's selection, lists answered from the view
 (one page, as the caller may see it). Anything else - subscriptions, completions, a method the
 gateway does not interpret - is refused: a virtual server is a curated view, nothing passes
-untouched. A renamed tool or prompt is also held to the sender's capabilities under a name it has
-at an existing door (policies/virtual_access.py), as at the MCP door; ``principals`` is not
-consulted here (topic membership is the MCPx door's decision, by the topic's own capabilities).
+untouched. As at the MCP door (policies/virtual_access.py), the sender must be one of the virtual
+server's ``principals`` when it lists any (a participant's id is its principal's name, MCPx door),
+and a renamed tool or prompt is also held to the sender's capabilities under a name it has at an
+existing door.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ async def route(
     """``(backend, params for it)`` for a request to forward; or the result of a list answered here.
     Raises RpcError: unknown name, URI outside the selection, a refused real tool, a method refused."""
     params = params if params is not None else {}
+    refused = view.guard.admits(sender) if view.guard is not None else None
+    if refused is not None:
+        raise jsonrpc.RpcError(refused.code, refused.reason, refused.data)
     kind = _NAMED.get(method)
     if kind is not None:
         name = params.get("name")

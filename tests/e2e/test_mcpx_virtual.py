@@ -21,13 +21,17 @@ CONFIG: dict[str, Any] = {
     "auth": {"jwt": {"hs256_secret": SECRET}, "admin_token": ADMIN},
     "principals": {
         "alice": {"tokens": ["alice-token"], "capabilities": ["mcp/*", "chat"]},
-        # may send the exposed name "sum", but not demo's "add" behind it
-        "nina": {"tokens": ["nina-token"], "capabilities": ["mcp/request:tools/call:sum", "mcp/response:*", "chat"]},
+        # may send the exposed name "sum", but not demo's "add" behind it; not on private's list
+        "nina": {
+            "tokens": ["nina-token"],
+            "capabilities": ["mcp/request:tools/call:sum", "mcp/request:tools/call:echo", "mcp/response:*", "chat"],
+        },
     },
     "virtual_servers": {
-        "ops": {"tools": ["demo:add", "demo:echo"], "rename": {"sum": "demo:add"}, "descriptions": {"sum": "Adds."}}
+        "ops": {"tools": ["demo:add", "demo:echo"], "rename": {"sum": "demo:add"}, "descriptions": {"sum": "Adds."}},
+        "private": {"tools": ["demo:echo"], "principals": ["alice"]},
     },
-    "mcpx": {"topics": {ROOM: {"participants": ["ops"]}}},
+    "mcpx": {"topics": {ROOM: {"participants": ["ops", "private"]}}},
 }
 
 
@@ -35,6 +39,7 @@ CONFIG: dict[str, Any] = {
 def gateway() -> Iterator[RunningGateway]:
     with run_gateway(CONFIG) as gw:
         wait_for_backend(gw, ROOM, "ops")
+        wait_for_backend(gw, ROOM, "private")
         yield gw
 
 
@@ -73,3 +78,21 @@ async def test_a_rename_does_not_widen_a_senders_capabilities(gateway: RunningGa
         assert "mcp/request:tools/call:add" in answer["payload"]["error"]["message"]
     finally:
         await nina.close()
+
+
+async def test_a_virtual_servers_principals_hold_in_topics_too(gateway: RunningGateway) -> None:
+    nina = await Peer.join(gateway.url, ROOM, "nina-token", mode="directed")
+    alice = await Peer.join(gateway.url, ROOM, "alice-token", mode="directed")  # not nina's answers
+    try:
+        echo = tool_call("echo", {"text": "hi"})
+        await nina.send("mcp/request:tools/call:echo", echo, to=["private"])
+        refused = await nina.recv_kind("mcp/response:tools/call:echo")
+        assert refused["payload"]["error"]["code"] == -32093
+        assert "may not use virtual server 'private'" in refused["payload"]["error"]["message"]
+        await alice.send("mcp/request:tools/call:echo", echo, to=["private"])
+        answered = await alice.recv_kind("mcp/response:tools/call:echo")
+        assert "result" in answered["payload"], answered
+        assert answered["payload"]["result"]["content"][0]["text"] == "hi"
+    finally:
+        await nina.close()
+        await alice.close()
