@@ -36,6 +36,7 @@ from gateway.config_auth import (
 from gateway.config_backend import Backend as Backend, Restart as Restart
 from gateway.config_base import StrictModel as _Model
 from gateway.config_bus import BusConfig as BusConfig
+from gateway.config_egress import Egress as Egress, Tls as Tls
 from gateway.config_mcpc import Mcpc as Mcpc
 from gateway.config_mgp import Mgp as Mgp
 from gateway.config_ops import Logging, Telemetry, Ui
@@ -268,6 +269,9 @@ class Config(_Model):
     logging: Logging = Field(default_factory=Logging, description="Log format and level (issue 16).")
     telemetry: Telemetry = Field(default_factory=Telemetry, description="OpenTelemetry traces (issue 16).")
     ui: Ui = Field(default_factory=Ui, description="The dashboard at /ui (issue 16).")
+    egress: Egress = Field(
+        default_factory=Egress, description="Proxy and TLS defaults for reaching backends and services (issue 17)."
+    )
 
     @model_validator(mode="after")
     def _separator_vs_names(self) -> Config:
