@@ -74,6 +74,7 @@ class Route:
     proxy: Proxy | None = None
     ssl: ssl.SSLContext | None = None
     server_hostname: str | None = None  # SNI and the name checked in the certificate; None: the URL's host
+    client_cert: bool = False  # ssl presents a client certificate (else a reset TLS connection gets a hint)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,12 +176,14 @@ class BackendEgress:
     direct: bool = False  # per-backend `proxy: none`
     ssl: ssl.SSLContext | None = None  # None: the default context (when the URL is https/wss)
     server_name: str | None = None
+    client_cert: bool = False
 
     @classmethod
     def build(cls, who: str, proxy: str | None, tls: Tls | None, defaults: Defaults) -> BackendEgress:
         explicit = Proxy.parse(proxy, f"{who}: proxy") if proxy and proxy != DIRECT else None
         context = tls_context(tls, who) if tls is not None else None
-        return cls(defaults, explicit, proxy == DIRECT, context, tls.server_name if tls else None)
+        cert = tls is not None and tls.cert_file is not None
+        return cls(defaults, explicit, proxy == DIRECT, context, tls.server_name if tls else None, cert)
 
     def route(self, url: str) -> Route:
         """The route to ``url``'s origin (http, https, ws or wss)."""
@@ -195,7 +198,7 @@ class BackendEgress:
         else:
             proxy = self.defaults.proxy_for(secure, host, port)
         context = (self.ssl or default_context()) if secure else None
-        return Route(proxy, context, self.server_name if secure else None)
+        return Route(proxy, context, self.server_name if secure else None, self.client_cert and secure)
 
 
 DIRECT_EGRESS = BackendEgress(Defaults(direct=True))  # no proxy, default TLS: what a bare pool does

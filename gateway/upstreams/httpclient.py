@@ -300,6 +300,15 @@ class ConnectionPool:
         host_header = f"[{self.host}]" if ":" in self.host else self.host
         self.authority = host_header if default_port else f"{host_header}:{self.port}"
         host_port = f"{host_header}:{self.port}"
+        # TLS 1.3 checks a client certificate after the handshake: a server that wants one and got none
+        # often just resets the connection, and the alert saying why is lost.
+        self._tls_hint = (
+            " (the backend closed a new TLS connection without answering: if it requires a client certificate, "
+            "set tls.cert_file and tls.key_file)"
+            if not route.client_cert
+            else " (the backend closed a new TLS connection without answering: does it accept the client "
+            "certificate in tls.cert_file?)"
+        )
         self._connect_to = host_port
         # What every request line carries besides method and path: through a proxy, plain http is
         # addressed in absolute form with the proxy's credentials (decided here, once).
@@ -397,7 +406,7 @@ class ConnectionPool:
                 write_batch().write(conn.transport, data)  # with the iteration's other writes
                 try:
                     await response._wait_headers()
-                except HttpError:
+                except HttpError as exc:
                     # A kept-alive connection the server had already closed: nothing was processed,
                     # so one retry on a fresh connection is safe.
                     conn.finish()
@@ -405,6 +414,8 @@ class ConnectionPool:
                     self._all.discard(conn)
                     if reused and not response.received_any and attempt == 1:
                         continue
+                    if not reused and not response.received_any and self.ssl is not None:
+                        raise HttpError(f"{exc}{self._tls_hint}") from None
                     raise
                 except BaseException:
                     conn.finish()
