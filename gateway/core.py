@@ -483,7 +483,10 @@ class Gateway:
         self.principals_changed()
         needs_restart = [
             key
-            for key in ("listen", "backends", "bus", "limits", "federation", "rate_limits", "pinning", "audit", "mcpx")
+            for key in (
+                *("listen", "backends", "bus", "limits", "federation", "rate_limits", "pinning", "audit", "mcpx"),
+                "egress",  # proxies and TLS contexts are built once at start (issue 17)
+            )
             if getattr(config, key) != getattr(self.config, key)
         ]
         log.info(
