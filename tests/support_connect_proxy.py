@@ -86,9 +86,11 @@ class ConnectProxy:
             if method == "CONNECT":
                 await self._tunnel(target, reader, writer)
             else:
-                await self._forward(method, target, headers, head_raw=None, reader=reader, writer=writer)
+                await self._forward(method, target, headers, reader, writer)
         except (OSError, asyncio.IncompleteReadError, ValueError):
             pass
+        except asyncio.CancelledError:
+            pass  # the proxy stops (__aexit__): this handler ends here, quietly, as asyncio's server expects
         finally:
             writer.close()
 
@@ -117,7 +119,6 @@ class ConnectProxy:
         method: str,
         target: str,
         headers: dict[str, str],
-        head_raw: bytes | None,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
@@ -135,7 +136,8 @@ class ConnectProxy:
                 self.forwarded.append(target)
                 length = int(headers.get("content-length", "0"))
                 body = await reader.readexactly(length) if length else b""
-                path = (urlsplit(target).path or "/") + (f"?{urlsplit(target).query}" if urlsplit(target).query else "")
+                asked = urlsplit(target)
+                path = (asked.path or "/") + (f"?{asked.query}" if asked.query else "")
                 lines = "".join(f"{k}: {v}\r\n" for k, v in headers.items() if k != "proxy-authorization")
                 up_writer.write(f"{method} {path} HTTP/1.1\r\n{lines}\r\n".encode("latin-1") + body)
                 await up_writer.drain()

@@ -190,6 +190,7 @@ async def serve(app: Any, context: ssl.SSLContext | None = None, path: str = "/m
         app,
         log_level="critical",
         lifespan="off",
+        timeout_graceful_shutdown=2,  # a stream still open when the test ends is cut, not waited for
         ssl_context_factory=(lambda _config, _default: context) if context is not None else None,
     )
     server = uvicorn.Server(config)

@@ -265,6 +265,9 @@ class HttpCarrier(Carrier):
             if 300 <= status < 400:  # never followed: a redirect could move a call and its credentials elsewhere
                 text = f"backend {self._name} answered a redirect (HTTP {status}); MCP calls do not follow redirects: "
                 text += "configure the URL it points to"
+            elif status == 407:  # plain http through a proxy (absolute form): the proxy itself answered
+                text = f"the proxy in front of backend {self._name} wants credentials (HTTP 407): put user:password "
+                text += "in its proxy URL, or check them"
             self._fail(rpc_id, jsonrpc.BACKEND_UNAVAILABLE if status >= 500 else jsonrpc.INTERNAL_ERROR, text)
 
     async def _stream_of(self, message: dict[str, Any], rpc_id: Any, response: Response) -> None:

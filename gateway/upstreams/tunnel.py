@@ -33,10 +33,14 @@ class TunnelError(OSError):
 
 
 class _ConnectAnswer(asyncio.Protocol):
-    """Reads the proxy's answer to CONNECT: the head only (a 2xx has no body, RFC 9110 §9.3.6)."""
+    """Reads the proxy's answer to CONNECT: the head only (a 2xx has no body, RFC 9110 §9.3.6).
+
+    ``head`` ends with the head's bytes, or with a str saying what went wrong instead: never with an
+    exception, which asyncio would report as never retrieved when the opening was cancelled before
+    anyone awaited it (create_connection closes the transport it made then)."""
 
     def __init__(self) -> None:
-        self.head: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self.head: asyncio.Future[bytes | str] = asyncio.get_running_loop().create_future()
         self._buffer = b""
 
     def data_received(self, data: bytes) -> None:
@@ -46,15 +50,15 @@ class _ConnectAnswer(asyncio.Protocol):
         end = self._buffer.find(b"\r\n\r\n")
         if end >= 0:
             if end + 4 != len(self._buffer):
-                self.head.set_exception(TunnelError("sent data after its answer to CONNECT"))
+                self.head.set_result("sent data after its answer to CONNECT")
             else:
                 self.head.set_result(self._buffer[:end])
         elif len(self._buffer) > MAX_HEAD:
-            self.head.set_exception(TunnelError(f"answered CONNECT with a head over {MAX_HEAD} bytes"))
+            self.head.set_result(f"answered CONNECT with a head over {MAX_HEAD} bytes")
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.head.done():
-            self.head.set_exception(TunnelError("closed the connection before answering CONNECT"))
+            self.head.set_result("closed the connection before answering CONNECT")
 
 
 def connect_request(proxy: Proxy, authority: str) -> bytes:
@@ -102,10 +106,9 @@ async def open_connection(
             protocol.connection_made(transport)
             return transport, protocol
         transport.write(connect_request(proxy, authority))
-        try:
-            head = await answer.head
-        except TunnelError as exc:
-            raise TunnelError(f"proxy {proxy.display} {exc} to {authority}") from None
+        head = await answer.head
+        if isinstance(head, str):
+            raise TunnelError(f"proxy {proxy.display} {head} (CONNECT to {authority})")
         status, reason = _status(head)
         if not 200 <= status < 300:
             raise TunnelError(

@@ -19,6 +19,7 @@ from websockets.asyncio.server import ServerConnection, serve as ws_serve
 from gateway.config import Config
 from gateway.core import Gateway
 from gateway.upstreams.egress import configure_control_plane
+from tests.raw_asgi import read_body
 from tests.support import modern_headers, modern_meta, run_gateway
 from tests.support_connect_proxy import ConnectProxy
 from tests.support_tls import Pki, TinyMcp, make_pki, serve
@@ -255,3 +256,82 @@ async def test_a_gateway_process_through_the_environment_proxy_with_verify_false
     assert answer["result"]["content"][0]["text"] == '{"via":"proxy"}'
     assert "WARNING" in log and "backend lab: tls.verify is false" in log
     assert set(proxy.tunnels) == {_authority(url)}
+
+
+class SseMcp:
+    """A legacy HTTP+SSE (2024-11-05) MCP server: GET /sse streams, POST /messages is answered on the stream."""
+
+    def __init__(self) -> None:
+        self.json = TinyMcp()
+        self.queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=64)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["method"] == "GET":
+            await send(
+                {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]}
+            )
+            endpoint = b"event: endpoint\ndata: /messages\n\n"
+            await send({"type": "http.response.body", "body": endpoint, "more_body": True})
+            await read_body(receive)
+            gone = asyncio.ensure_future(receive())  # the next event is http.disconnect
+            try:
+                while True:
+                    message = asyncio.ensure_future(self.queue.get())
+                    await asyncio.wait((message, gone), return_when=asyncio.FIRST_COMPLETED)
+                    if not message.done():
+                        message.cancel()
+                        return
+                    body = b"data: " + message.result() + b"\n\n"
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
+            finally:
+                gone.cancel()
+        sent: list[bytes] = []
+
+        async def capture(event: dict[str, Any]) -> None:
+            if event["type"] == "http.response.body":
+                sent.append(event["body"])
+
+        await self.json(scope, receive, capture)
+        if sent and sent[0]:
+            await self.queue.put(sent[0])
+        await send({"type": "http.response.start", "status": 202, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+
+async def test_sse_backends_through_the_proxy(pki: Pki) -> None:
+    async with (
+        serve(SseMcp(), path="/sse") as plain,
+        serve(SseMcp(), pki.server_context(), path="/sse") as secure,
+        ConnectProxy() as proxy,
+    ):
+        config = {
+            "p": {"transport": "sse", "url": plain},
+            "s": {"transport": "sse", "url": secure, "tls": {"ca_file": str(pki.ca_file)}},
+        }
+        async with running(config, egress={"proxy": proxy.url}) as gateway:
+            assert await _echo(gateway, "p") == '{"x":1}'
+            assert await _echo(gateway, "s") == '{"x":1}'
+    assert set(proxy.tunnels) == {_authority(secure)}
+    assert plain in proxy.forwarded and plain.replace("/sse", "/messages") in proxy.forwarded
+
+
+async def test_mcp_calls_never_follow_a_redirect(pki: Pki) -> None:
+    target = TinyMcp()
+    async with serve(target) as elsewhere:
+        mover = TinyMcp(redirect_to=elsewhere)
+        async with serve(mover) as url, running({"b": {"transport": "http", "url": url, "era": "legacy"}}) as gateway:
+            error = await _failure(gateway)
+    assert "redirect (HTTP 307)" in error and "do not follow redirects" in error
+    assert target.seen == []  # nothing went where the redirect pointed
+
+
+async def test_a_plain_http_backend_behind_a_proxy_that_wants_credentials() -> None:
+    app = TinyMcp()
+    async with serve(app) as url, ConnectProxy(user="gw", password="right") as proxy:
+        config = {"b": {"transport": "http", "url": url, "era": "legacy", "proxy": f"http://127.0.0.1:{proxy.port}"}}
+        async with running(config) as gateway:
+            error = await _failure(gateway)
+    assert "wants credentials (HTTP 407)" in error
+    assert app.seen == []
