@@ -170,3 +170,41 @@ def test_the_control_plane_defaults_to_the_environment(monkeypatch: pytest.Monke
     route = control_plane().route("https://idp.example.com/jwks")
     assert route.proxy == Proxy.parse("http://proxy.corp:3128")
     assert route.ssl is not None
+
+
+async def test_a_gateway_fetches_its_jwks_through_egress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The control plane as the Gateway wires it: egress.proxy and egress.tls reach the JWKS fetch."""
+    import logging
+
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from gateway.config import Config
+    from gateway.core import Gateway
+
+    for name in ("HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    pki = make_pki(tmp_path)
+    key = jwt.algorithms.ECAlgorithm.to_jwk(ec.generate_private_key(ec.SECP256R1()).public_key(), as_dict=True)
+    document = orjson.dumps({"keys": [{**key, "kid": "k1", "alg": "ES256", "use": "sig"}]})
+
+    async def jwks(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            await read_body(receive)
+            await respond(send, 200, document)
+
+    async with serve(jwks, pki.server_context(), path="/jwks.json") as url, ConnectProxy() as proxy:
+        config = Config.model_validate(
+            {
+                "auth": {"jwt": {"jwks_url": url}},
+                "egress": {"proxy": proxy.url, "tls": {"ca_file": str(pki.ca_file)}},
+            }
+        )
+        gateway = Gateway(config)
+        with caplog.at_level(logging.INFO):
+            await gateway.start()
+            await gateway.stop()
+    assert any("JWKS loaded from" in record.getMessage() for record in caplog.records), caplog.text
+    assert proxy.tunnels == [url.split("/")[2]]
