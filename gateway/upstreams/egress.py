@@ -131,10 +131,13 @@ def tls_context(tls: Tls | None, who: str) -> ssl.SSLContext:
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     if tls.cert_file:
         try:
-            context.load_cert_chain(tls.cert_file, tls.key_file)
+            # A password callback that gives none: without it OpenSSL would prompt on the terminal for
+            # an encrypted key, and the gateway would hang at start.
+            context.load_cert_chain(tls.cert_file, tls.key_file, password=lambda: b"")
         except (ssl.SSLError, OSError) as exc:
             raise EgressError(
-                f"{who}: tls.cert_file/key_file: not a PEM certificate and its unencrypted private key: {_reason(exc)}"
+                f"{who}: tls.cert_file/key_file: not a PEM certificate and its unencrypted private key (encrypted "
+                f"keys are not supported): {_reason(exc)}"
             ) from None
     if not tls.verify:
         context.check_hostname = False

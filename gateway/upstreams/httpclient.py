@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from gateway.upstreams.egress import Route, default_context
-from gateway.upstreams.tunnel import TunnelError, open_connection, tls_alert
+from gateway.upstreams.tunnel import TunnelError, open_connection, reset_hint, tls_alert
 from gateway.write_batch import WriteBatch, write_batch
 
 _HIGH_WATER = 1024 * 1024  # pause reading a response body once this much is unread
@@ -299,17 +299,8 @@ class ConnectionPool:
         default_port = (parts.scheme == "https" and self.port == 443) or (parts.scheme == "http" and self.port == 80)
         host_header = f"[{self.host}]" if ":" in self.host else self.host
         self.authority = host_header if default_port else f"{host_header}:{self.port}"
-        host_port = f"{host_header}:{self.port}"
-        # TLS 1.3 checks a client certificate after the handshake: a server that wants one and got none
-        # often just resets the connection, and the alert saying why is lost.
-        self._tls_hint = (
-            " (the backend closed a new TLS connection without answering: if it requires a client certificate, "
-            "set tls.cert_file and tls.key_file)"
-            if not route.client_cert
-            else " (the backend closed a new TLS connection without answering: does it accept the client "
-            "certificate in tls.cert_file?)"
-        )
-        self._connect_to = host_port
+        self._connect_to = f"{host_header}:{self.port}"  # as written in CONNECT
+        self._tls_hint = reset_hint(route.client_cert)
         # What every request line carries besides method and path: through a proxy, plain http is
         # addressed in absolute form with the proxy's credentials (decided here, once).
         self._prefix = b""
@@ -414,7 +405,7 @@ class ConnectionPool:
                     self._all.discard(conn)
                     if reused and not response.received_any and attempt == 1:
                         continue
-                    if not reused and not response.received_any and self.ssl is not None:
+                    if not reused and not response.received_any and self.ssl is not None and "tls." not in str(exc):
                         raise HttpError(f"{exc}{self._tls_hint}") from None
                     raise
                 except BaseException:

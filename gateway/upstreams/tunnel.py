@@ -152,3 +152,18 @@ def tls_alert(exc: ssl.SSLError, prefix: str) -> str:
     elif "UNKNOWN_CA" in reason or "BAD_CERTIFICATE" in reason:
         hint = " (the server does not accept the client certificate in tls.cert_file)"
     return f"{prefix}: {reason}{hint}"
+
+
+def reset_hint(client_cert: bool) -> str:
+    """What to say when a new TLS connection is closed before any answer. TLS 1.3 checks a client
+    certificate after the handshake: a server that wants one and got none often just resets the
+    connection, and the alert saying why is lost."""
+    if client_cert:
+        return (
+            " (the backend closed a new TLS connection without answering: does it accept the client certificate "
+            "in tls.cert_file?)"
+        )
+    return (
+        " (the backend closed a new TLS connection without answering: if it requires a client certificate, set "
+        "tls.cert_file and tls.key_file)"
+    )

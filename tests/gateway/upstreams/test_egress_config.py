@@ -134,3 +134,24 @@ def test_run_refuses_to_start_with_a_tls_file_that_is_no_pem(tmp_path: Path) -> 
     )
     assert done.returncode == 1
     assert "is not a PEM CA bundle" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_encrypted_client_key_is_refused_not_prompted_for(
+    tmp_path: Path, pki: Pki, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(pki.client_key.read_bytes(), None)
+    locked = tmp_path / "locked.key"
+    locked.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"passphrase"),
+        )
+    )
+    path = _write(
+        tmp_path, {"url": "https://x.test/mcp", "tls": {"cert_file": str(pki.client_cert), "key_file": str(locked)}}
+    )
+    assert main(["check", "-c", str(path)]) == 1  # and no prompt on the terminal: stdin is not read
+    assert "encrypted keys are not supported" in capsys.readouterr().err
