@@ -70,7 +70,10 @@ def proxy_setting(value: Any) -> str | None:
     if value.strip().lower() in ("none", "direct", ""):
         return DIRECT
     split_proxy_url(value)
-    return value.strip()
+    text = value.strip()
+    # Kept with its scheme, so that every URL-shaped secret is found by the same rules (the admin
+    # API's redaction hides the userinfo of anything with "://").
+    return text if "://" in text else "http://" + text
 
 
 PROXY_DESCRIPTION = (

@@ -75,6 +75,11 @@ class WsCarrier(Carrier):
             raise ConnectionError(
                 f"proxy {route.proxy.display} refused CONNECT to {self._url}: {status} {exc.response.reason_phrase}"
             ) from None
+        except Exception as exc:
+            # The library's own messages may quote the proxy URL it was given, credentials included.
+            if route.proxy is not None and route.proxy.url in str(exc):
+                raise ConnectionError(str(exc).replace(route.proxy.url, route.proxy.display)) from None
+            raise
         self._task = asyncio.create_task(self._read(inbound), name=f"ws-{self._name}")
 
     async def _read(self, inbound: Inbound) -> None:

@@ -68,7 +68,13 @@ def test_a_proxy_that_cannot_be_used(tmp_path: Path, proxy: object, reason: str)
 
 
 def test_proxy_spellings(tmp_path: Path) -> None:
-    for given, kept in ((False, "none"), ("none", "none"), ("DIRECT", "none"), (None, None), ("p:3128", "p:3128")):
+    for given, kept in (
+        (False, "none"),
+        ("none", "none"),
+        ("DIRECT", "none"),
+        (None, None),
+        ("u:pw@p:3128", "http://u:pw@p:3128"),
+    ):
         config = load_config(str(_write(tmp_path, {"url": "https://x.test/mcp", "proxy": given})))
         assert config.backends["b"].proxy == kept
 
@@ -155,3 +161,15 @@ def test_an_encrypted_client_key_is_refused_not_prompted_for(
     )
     assert main(["check", "-c", str(path)]) == 1  # and no prompt on the terminal: stdin is not read
     assert "encrypted keys are not supported" in capsys.readouterr().err
+
+
+def test_proxy_credentials_are_redacted_in_the_admin_view(tmp_path: Path) -> None:
+    from gateway.admin import redacted
+
+    path = _write(
+        tmp_path,
+        {"url": "https://x.test/mcp", "proxy": "gw:hunter2@proxy.corp:3128"},
+        egress={"proxy": "http://gw:hunter3@p:1"},
+    )
+    shown = str(redacted(load_config(str(path)).model_dump(mode="json")))
+    assert "hunter2" not in shown and "hunter3" not in shown and "proxy.corp:3128" in shown

@@ -335,3 +335,14 @@ async def test_a_plain_http_backend_behind_a_proxy_that_wants_credentials() -> N
             error = await _failure(gateway)
     assert "wants credentials (HTTP 407)" in error
     assert app.seen == []
+
+
+async def test_a_wss_backend_behind_a_refusing_proxy(pki: Pki) -> None:
+    async with ConnectProxy(user="gw", password="right") as proxy:
+        url = "wss://127.0.0.1:9/mcp"
+        wrong = f"http://gw:wrong-one@127.0.0.1:{proxy.port}"
+        config = {"b": {"transport": "ws", "url": url, "proxy": wrong, "tls": {"ca_file": str(pki.ca_file)}}}
+        async with running(config) as gateway:
+            error = await _failure(gateway)
+    assert f"proxy http://127.0.0.1:{proxy.port} refused CONNECT to {url}: 407" in error
+    assert "wrong-one" not in error
