@@ -3,6 +3,9 @@ CA made in the test: what goes on the wire, and the errors when something refuse
 
 from __future__ import annotations
 
+import asyncio
+import ssl
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -176,3 +179,33 @@ async def test_verify_false_accepts_any_certificate(https_backend: tuple[str, Ti
 def test_a_route_that_does_not_fit_the_scheme_is_refused(pki: Pki) -> None:
     with pytest.raises(ValueError, match="does not fit"):
         ConnectionPool("http://127.0.0.1:1/mcp", route=_trusting(pki))
+
+
+async def test_a_proxy_that_never_answers_connect_is_bounded_by_the_connect_timeout(pki: Pki) -> None:
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def silent(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)  # holds the connection open and says nothing
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        route = Route(Proxy.parse(f"http://127.0.0.1:{port}"), _trusting(pki).ssl)
+        pool = ConnectionPool("https://127.0.0.1:9/mcp", route=route, connect_timeout_s=0.3)
+        started = time.monotonic()
+        with pytest.raises(
+            ConnectError, match=rf"through proxy http://127\.0\.0\.1:{port}: no connection within 0\.3 s"
+        ):
+            await _post(pool)
+        assert time.monotonic() - started < 2
+        await pool.aclose()
+    finally:
+        for writer in accepted:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+def test_every_context_refuses_less_than_tls_1_2(pki: Pki) -> None:
+    for tls in (None, Tls(ca_file=str(pki.ca_file)), Tls(verify=False), Tls(cert_file=str(pki.client_combined))):
+        assert tls_context(tls, "t").minimum_version >= ssl.TLSVersion.TLSv1_2
