@@ -84,6 +84,9 @@ def static_problems(config: Config) -> list[str]:
         )
     # Prefixed names always split back unambiguously: the model already refuses backend names that
     # contain the separator (see config.Config._separator_vs_names).
+    from gateway.upstreams.egress import egress_problems
+
+    problems.extend(egress_problems(config.egress, config.backends)[0])  # proxies, TLS files (issue 17)
     return problems
 
 
@@ -96,6 +99,8 @@ _TRANSPORT_FIELDS = {
     "cwd": {"stdio"},
     "url": {"http", "sse", "ws"},
     "headers": {"http", "sse", "ws"},
+    "proxy": {"http", "sse", "ws"},
+    "tls": {"http", "sse", "ws"},
     "server": {"builtin"},
 }
 
@@ -106,6 +111,9 @@ def config_warnings(config: Config) -> list[str]:
         for field in sorted(backend.model_fields_set & set(_TRANSPORT_FIELDS)):
             if backend.transport not in _TRANSPORT_FIELDS[field]:
                 warnings.append(f"backends.{name}.{field} is ignored for transport {backend.transport!r}")
+    from gateway.upstreams.egress import egress_problems
+
+    warnings.extend(egress_problems(config.egress, config.backends)[1])  # tls.verify: false (issue 17)
     return warnings
 
 
@@ -220,7 +228,13 @@ async def _serve(config: Config, config_path: str | None = None, role: WorkerRol
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     base = f"http://{shown}:{port}"
-    app = build_app(config)
+    from gateway.upstreams.egress import EgressError
+
+    try:
+        app = build_app(config)
+    except EgressError as exc:  # a proxy variable or TLS file that cannot be used (issue 17)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     tune_collector()  # after the app is built: what it holds is frozen (gateway/collector.py)
     server_config = uvicorn.Config(
         app,

@@ -36,6 +36,7 @@ from gateway.config_auth import (
 from gateway.config_backend import Backend as Backend, Restart as Restart
 from gateway.config_base import StrictModel as _Model
 from gateway.config_bus import BusConfig as BusConfig
+from gateway.config_egress import Egress as Egress, Tls as Tls
 from gateway.config_mcpc import Mcpc as Mcpc
 from gateway.config_mgp import Mgp as Mgp
 from gateway.config_ops import Logging, Telemetry, Ui
@@ -274,6 +275,9 @@ class Config(_Model):
         default_factory=dict,
         description="Curated servers at /servers/NAME/mcp made of tools, prompts and resources of any backends "
         "(gateway/config_virtual.py); names are DNS labels apart from the backends'.",
+    )
+    egress: Egress = Field(
+        default_factory=Egress, description="Proxy and TLS defaults for reaching backends and services (issue 17)."
     )
 
     @model_validator(mode="after")

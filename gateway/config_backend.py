@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from gateway.config_base import StrictModel as _Model
+from gateway.config_egress import PROXY_DESCRIPTION, Tls, proxy_setting
 
 _URL_SCHEMES = {"http": ("http://", "https://"), "sse": ("http://", "https://"), "ws": ("ws://", "wss://")}
 
@@ -74,6 +75,16 @@ class Backend(_Model):
         description="auto: after every connect, ask the backend the MCPC handshake under each version's name; "
         "off: never (its tools are ordinary, MCPC messages in its results still are read).",
     )
+    # egress: proxy and TLS (issue 17)
+    proxy: str | None = Field(None, description=PROXY_DESCRIPTION)
+    tls: Tls | None = Field(
+        None, description="http/sse/ws: TLS toward an https/wss url (CA bundle, client certificate, verify)."
+    )
+
+    @field_validator("proxy", mode="before")
+    @classmethod
+    def _proxy(cls, value: object) -> str | None:
+        return proxy_setting(value)
 
     @field_validator("url")
     @classmethod

@@ -43,6 +43,13 @@ from gateway.transports.http_common import Scope, header
 from gateway.upstreams import make_carrier
 from gateway.upstreams.affinity import EraAffinity, TwinEvents
 from gateway.upstreams.connection import BackendConnection
+from gateway.upstreams.egress import (
+    BackendEgress,
+    Defaults as EgressDefaults,
+    backend_egress,
+    configure_control_plane,
+    control_plane_egress,
+)
 from gateway.virtual_servers import VirtualView, door_names
 from policies import CapabilityPolicy, Decision, PolicyChain, Principal
 from policies.arguments import ArgumentValidationPolicy
@@ -72,6 +79,11 @@ _JWT_CACHE = 4096  # verified JWTs kept (until they expire) so that a request co
 class Gateway:
     def __init__(self, config: Config, bus: Bus | None = None) -> None:
         self.config = config
+        # Egress (issue 17): proxies read from the environment once, every TLS context built now; a
+        # setting that cannot be used stops the start with an EgressError naming it.
+        self._egress_defaults = EgressDefaults.load(config.egress)
+        self._egress: dict[str, BackendEgress] = {}
+        configure_control_plane(control_plane_egress(config.egress, self._egress_defaults))
         self.metrics = Metrics()
         self.tracing = tracing_from_config(config.telemetry, __version__)  # None: off (gateway/telemetry/)
         self.reload_status = ReloadStatus(self.metrics)  # what the last config reload did (gateway/cli.py)
@@ -298,13 +310,16 @@ class Gateway:
     def _new_connection(self, name: str, cfg: BackendConfig) -> BackendConnection:
         """The connection to one backend (from the config, or registered at runtime: MGP §15)."""
         limits = self.config.limits
+        egress = None
+        if cfg.transport in ("http", "sse", "ws"):
+            egress = self._egress[name] = backend_egress(name, cfg, self._egress_defaults)
         return BackendConnection(
             name,
             cfg,
-            partial(make_carrier, name, cfg, limits),
+            partial(make_carrier, name, cfg, limits, egress),
             self._backend_events,
             self._client_info,
-            sse_fallback=partial(make_carrier, name, cfg.model_copy(update={"transport": "sse"}), limits)
+            sse_fallback=partial(make_carrier, name, cfg.model_copy(update={"transport": "sse"}), limits, egress)
             if cfg.transport == "http"
             else None,
             kernel=self.mgp.kernel,
@@ -321,7 +336,7 @@ class Gateway:
         return BackendConnection(
             primary.name,
             config,
-            partial(make_carrier, primary.name, config, self.config.limits),
+            partial(make_carrier, primary.name, config, self.config.limits, self._egress.get(primary.name)),
             self._twin_events,
             self._client_info,
             offer_mcpl=False,
@@ -482,7 +497,10 @@ class Gateway:
         self.principals_changed()
         needs_restart = [
             key
-            for key in ("listen", "backends", "bus", "limits", "federation", "rate_limits", "pinning", "audit", "mcpx")
+            for key in (
+                *("listen", "backends", "bus", "limits", "federation", "rate_limits", "pinning", "audit", "mcpx"),
+                "egress",  # proxies and TLS contexts are built once at start (issue 17)
+            )
             if getattr(config, key) != getattr(self.config, key)
         ]
         if config.virtual_servers != self.config.virtual_servers:  # views are built at start (issue 17)

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from gateway.config import Backend as BackendConfig, Limits
 from gateway.upstreams.base import Carrier
+from gateway.upstreams.egress import BackendEgress
 
 
-def make_carrier(name: str, config: BackendConfig, limits: Limits) -> Carrier:
-    """Build a fresh carrier for one connection attempt to backend ``name``."""
+def make_carrier(name: str, config: BackendConfig, limits: Limits, egress: BackendEgress | None = None) -> Carrier:
+    """Build a fresh carrier for one connection attempt to backend ``name``. ``egress``: its proxy and
+    TLS, built once at start (:func:`gateway.upstreams.egress.backend_egress`); None: built here from
+    ``config`` and the environment (tools and tests)."""
+    if egress is None and config.transport in ("http", "sse", "ws"):
+        from gateway.upstreams.egress import backend_egress
+
+        egress = backend_egress(name, config)
     if config.transport == "stdio":
         from gateway.upstreams.stdio import StdioCarrier
 
@@ -17,17 +24,17 @@ def make_carrier(name: str, config: BackendConfig, limits: Limits) -> Carrier:
         from gateway.upstreams.http import HttpCarrier
 
         assert config.url
-        return HttpCarrier(name, config.url, config.headers, limits.max_message_bytes)
+        return HttpCarrier(name, config.url, config.headers, limits.max_message_bytes, egress)
     if config.transport == "sse":
         from gateway.upstreams.sse import SseCarrier
 
         assert config.url
-        return SseCarrier(name, config.url, config.headers, limits.max_message_bytes, config.connect_timeout_s)
+        return SseCarrier(name, config.url, config.headers, limits.max_message_bytes, config.connect_timeout_s, egress)
     if config.transport == "ws":
         from gateway.upstreams.ws import WsCarrier
 
         assert config.url
-        return WsCarrier(name, config.url, config.headers, limits.max_message_bytes)
+        return WsCarrier(name, config.url, config.headers, limits.max_message_bytes, egress)
     from gateway.upstreams.demo import BuiltinCarrier, DemoServer
 
     return BuiltinCarrier(name, DemoServer())

@@ -35,6 +35,7 @@ from gateway.sse import SSEParser
 from gateway.telemetry.context import OUTGOING_HTTP
 from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
 from gateway.upstreams.deadlines import Deadlines
+from gateway.upstreams.egress import BackendEgress
 from gateway.upstreams.httpclient import (
     ConnectError,
     ConnectionPool,
@@ -54,9 +55,17 @@ _GET_BACKOFF_MAX_S = 30.0
 
 
 class HttpCarrier(Carrier):
-    def __init__(self, name: str, url: str, headers: dict[str, str], max_message_bytes: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        headers: dict[str, str],
+        max_message_bytes: int,
+        egress: BackendEgress | None = None,
+    ) -> None:
         self._name = name
         self._url = url
+        self._egress = egress  # proxy and TLS (issue 17); None: directly, the system's CAs
         self._base_headers = {
             **headers,
             "accept": "application/json, text/event-stream",
@@ -83,7 +92,7 @@ class HttpCarrier(Carrier):
 
     async def open(self, inbound: Inbound) -> None:
         self._inbound = inbound
-        self._pool = ConnectionPool(self._url)
+        self._pool = ConnectionPool(self._url, route=self._egress.route(self._url) if self._egress else None)
         self._drains = Deadlines(asyncio.get_running_loop())  # answered SSE streams still being read
 
     def _headers(self) -> dict[str, str]:
@@ -252,11 +261,14 @@ class HttpCarrier(Carrier):
             for item in messages:
                 if isinstance(item.get("method"), str):
                     self._inbound(item, rpc_id)  # notifications before the failure, not lost
-            self._fail(
-                rpc_id,
-                jsonrpc.BACKEND_UNAVAILABLE if status >= 500 else jsonrpc.INTERNAL_ERROR,
-                f"backend {self._name} answered HTTP {status}: {data[:200].decode('utf-8', 'replace')}",
-            )
+            text = f"backend {self._name} answered HTTP {status}: {data[:200].decode('utf-8', 'replace')}"
+            if 300 <= status < 400:  # never followed: a redirect could move a call and its credentials elsewhere
+                text = f"backend {self._name} answered a redirect (HTTP {status}); MCP calls do not follow redirects: "
+                text += "configure the URL it points to"
+            elif status == 407:  # plain http through a proxy (absolute form): the proxy itself answered
+                text = f"the proxy in front of backend {self._name} wants credentials (HTTP 407): put user:password "
+                text += "in its proxy URL, or check them"
+            self._fail(rpc_id, jsonrpc.BACKEND_UNAVAILABLE if status >= 500 else jsonrpc.INTERNAL_ERROR, text)
 
     async def _stream_of(self, message: dict[str, Any], rpc_id: Any, response: Response) -> None:
         """Relay a POST's SSE answer until its response (the rest is drained in the background), or

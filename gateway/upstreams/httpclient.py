@@ -4,7 +4,11 @@ Why not httpx: on the 2-core reference machine httpx managed about 800 requests/
 and fewer under concurrency, which alone caps the gateway far below its backends (ADR 0005).
 This client does only what backends need: HTTP/1.1 (plain or TLS), one write per request,
 streamed bodies (JSON or SSE, chunked or not) with flow control, and a pool of kept-alive
-connections. No redirects, proxies or HTTP/2.
+connections. No redirects (a 3xx is an answer like any other; gateway/upstreams/fetch.py follows
+same-origin ones for control-plane requests) and no HTTP/2. Proxies and TLS settings come as one
+:class:`~gateway.upstreams.egress.Route` per pool (gateway/upstreams/tunnel.py opens its connections):
+through a proxy, https goes in a CONNECT tunnel and plain http in absolute form (RFC 9112 §3.2.2),
+with the proxy's credentials in the pre-encoded request start, so a request costs the same either way.
 
 Two ways to make a request: :meth:`ConnectionPool.request` (a coroutine that returns a
 :class:`Response` once its headers arrived) and :meth:`ConnectionPool.try_start` (synchronous: on
@@ -27,6 +31,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from gateway.upstreams.egress import Route, default_context
+from gateway.upstreams.tunnel import TunnelError, open_connection, reset_hint, tls_alert
 from gateway.write_batch import WriteBatch, write_batch
 
 _HIGH_WATER = 1024 * 1024  # pause reading a response body once this much is unread
@@ -121,7 +127,10 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if self.response is not None:
-            self.response.fail(HttpError(f"connection closed by the backend{f': {exc}' if exc else ''}"))
+            if isinstance(exc, ssl.SSLError):  # TLS 1.3: a refused client certificate is known only now
+                self.response.fail(HttpError(tls_alert(exc, "the backend ended TLS")))
+            else:
+                self.response.fail(HttpError(f"connection closed by the backend{f': {exc}' if exc else ''}"))
 
     def pause_writing(self) -> None:  # the request is written at once; nothing to pause
         pass
@@ -271,16 +280,36 @@ class Response:
 class ConnectionPool:
     """Kept-alive connections to one origin, at most ``max_connections`` at a time."""
 
-    def __init__(self, url: str, max_connections: int = 256, connect_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, url: str, max_connections: int = 256, connect_timeout_s: float = 10.0, route: Route | None = None
+    ) -> None:
+        """``route``: the proxy and TLS context for this origin (gateway/upstreams/egress.py); None:
+        directly, with the system's CAs."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url!r}")
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        self.ssl: ssl.SSLContext | None = ssl.create_default_context() if parts.scheme == "https" else None
+        if route is None:
+            route = Route(ssl=default_context() if parts.scheme == "https" else None)
+        elif (route.ssl is not None) != (parts.scheme == "https"):
+            raise ValueError(f"the route's TLS setting does not fit {parts.scheme}: {url!r}")
+        self.route = route
+        self.ssl: ssl.SSLContext | None = route.ssl
         default_port = (parts.scheme == "https" and self.port == 443) or (parts.scheme == "http" and self.port == 80)
         host_header = f"[{self.host}]" if ":" in self.host else self.host
         self.authority = host_header if default_port else f"{host_header}:{self.port}"
+        self._connect_to = f"{host_header}:{self.port}"  # as written in CONNECT
+        self._tls_hint = reset_hint(route.client_cert)
+        # What every request line carries besides method and path: through a proxy, plain http is
+        # addressed in absolute form with the proxy's credentials (decided here, once).
+        self._prefix = b""
+        self._host_block = b"host: %s\r\n" % self.authority.encode("latin-1")
+        proxy = route.proxy
+        if proxy is not None and route.ssl is None:
+            self._prefix = f"http://{self.authority}".encode("latin-1")
+            if proxy.authorization:
+                self._host_block += b"proxy-authorization: %s\r\n" % proxy.authorization.encode("latin-1")
         self._idle: list[_Connection] = []
         self._slots = _Slots(max_connections)
         self._connect_timeout = connect_timeout_s
@@ -293,14 +322,21 @@ class ConnectionPool:
         return self._closed
 
     async def _connect(self) -> _Connection:
-        loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self._connect_timeout):
-                _transport, conn = await loop.create_connection(
-                    _Connection, self.host, self.port, ssl=self.ssl, server_hostname=self.host if self.ssl else None
+                _transport, conn = await open_connection(
+                    _Connection, self.host, self.port, self.route, self._connect_to
                 )
-        except (OSError, TimeoutError) as exc:
-            raise ConnectError(f"cannot connect to {self.authority}: {exc or type(exc).__name__}") from None
+        except TunnelError as exc:
+            raise ConnectError(str(exc)) from None
+        except TimeoutError:
+            via = f" through proxy {self.route.proxy.display}" if self.route.proxy else ""
+            raise ConnectError(
+                f"cannot connect to {self.authority}{via}: no connection within {self._connect_timeout:g} s"
+            ) from None
+        except OSError as exc:
+            via = f" (proxy {self.route.proxy.display})" if self.route.proxy else ""
+            raise ConnectError(f"cannot connect to {self.authority}{via}: {exc or type(exc).__name__}") from None
         sock = conn.transport.get_extra_info("socket") if conn.transport else None
         if sock is not None:
             import socket
@@ -338,10 +374,11 @@ class ConnectionPool:
             raise HttpError("client is closed")
         block = headers if isinstance(headers, bytes) else encode_headers(headers)
         length = b"content-length: %d\r\n" % len(body) if body or method in ("POST", "PUT", "PATCH") else b""
-        data = b"%s %s HTTP/1.1\r\nhost: %s\r\n%s%s\r\n%s" % (
+        data = b"%s %s%s HTTP/1.1\r\n%s%s%s\r\n%s" % (
             method.encode(),
+            self._prefix,
             target.encode("latin-1"),
-            self.authority.encode("latin-1"),
+            self._host_block,
             block,
             length,
             body,
@@ -360,7 +397,7 @@ class ConnectionPool:
                 write_batch().write(conn.transport, data)  # with the iteration's other writes
                 try:
                     await response._wait_headers()
-                except HttpError:
+                except HttpError as exc:
                     # A kept-alive connection the server had already closed: nothing was processed,
                     # so one retry on a fresh connection is safe.
                     conn.finish()
@@ -368,6 +405,8 @@ class ConnectionPool:
                     self._all.discard(conn)
                     if reused and not response.received_any and attempt == 1:
                         continue
+                    if not reused and not response.received_any and self.ssl is not None and "tls." not in str(exc):
+                        raise HttpError(f"{exc}{self._tls_hint}") from None
                     raise
                 except BaseException:
                     conn.finish()
@@ -383,10 +422,11 @@ class ConnectionPool:
 
     def head(self, method: str, target: str, block: bytes) -> bytes:
         """The start of a request with a body, up to its ``content-length`` value (:meth:`try_start`)."""
-        return b"%s %s HTTP/1.1\r\nhost: %s\r\n%scontent-length: " % (
+        return b"%s %s%s HTTP/1.1\r\n%s%scontent-length: " % (
             method.encode(),
+            self._prefix,
             target.encode("latin-1"),
-            self.authority.encode("latin-1"),
+            self._host_block,
             block,
         )
 

@@ -12,6 +12,7 @@ from urllib.parse import urljoin
 from gateway import jsonrpc, sse
 from gateway.sse import SSEParser
 from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
+from gateway.upstreams.egress import BackendEgress
 from gateway.upstreams.httpclient import ConnectionPool, HttpError, target_of
 
 log = logging.getLogger(__name__)
@@ -19,10 +20,17 @@ log = logging.getLogger(__name__)
 
 class SseCarrier(Carrier):
     def __init__(
-        self, name: str, url: str, headers: dict[str, str], max_message_bytes: int, connect_timeout_s: float
+        self,
+        name: str,
+        url: str,
+        headers: dict[str, str],
+        max_message_bytes: int,
+        connect_timeout_s: float,
+        egress: BackendEgress | None = None,
     ) -> None:
         self._name = name
         self._url = url
+        self._egress = egress  # proxy and TLS (issue 17); None: directly, the system's CAs
         self._headers = headers
         self._max = max_message_bytes
         self._connect_timeout = connect_timeout_s
@@ -36,7 +44,7 @@ class SseCarrier(Carrier):
         return f"sse:{self._url}"
 
     async def open(self, inbound: Inbound) -> None:
-        self._pool = ConnectionPool(self._url)
+        self._pool = ConnectionPool(self._url, route=self._egress.route(self._url) if self._egress else None)
         endpoint_ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._read(inbound, endpoint_ready), name=f"sse-{self._name}")
         try:
