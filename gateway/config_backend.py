@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from gateway.config_base import StrictModel as _Model
+from gateway.config_upstream_auth import UpstreamAuth, check_transport
 
 _URL_SCHEMES = {"http": ("http://", "https://"), "sse": ("http://", "https://"), "ws": ("ws://", "wss://")}
 
@@ -74,6 +75,13 @@ class Backend(_Model):
         description="auto: after every connect, ask the backend the MCPC handshake under each version's name; "
         "off: never (its tools are ordinary, MCPC messages in its results still are read).",
     )
+    # upstream auth (issue 17)
+    auth: UpstreamAuth | None = Field(
+        None,
+        description="How the gateway authenticates to this backend (gateway/config_upstream_auth.py): static | "
+        "client_credentials | token_exchange | principal_headers. `headers` still go with every request; with "
+        "`auth` they may not name a header auth sets (Authorization for the OAuth kinds).",
+    )
 
     @field_validator("url")
     @classmethod
@@ -90,4 +98,22 @@ class Backend(_Model):
             raise ValueError("transport 'stdio' needs 'command'")
         if self.transport in _URL_SCHEMES and not self.url:
             raise ValueError(f"transport '{self.transport}' needs 'url'")
+        if self.auth is not None:  # upstream auth (issue 17)
+            check_transport(self.auth, self.transport)
+            own = {"authorization"} if self.auth.type in ("client_credentials", "token_exchange") else set()
+            for headers in _auth_header_maps(self.auth):
+                own |= {name.lower() for name in headers}
+            clash = sorted(name for name in self.headers if name.lower() in own)
+            if clash:
+                raise ValueError(f"headers {clash} are set by auth ({self.auth.type}); remove them from 'headers'")
         return self
+
+
+def _auth_header_maps(auth: UpstreamAuth) -> list[dict[str, str]]:
+    """The header maps an auth section sends (upstream auth, issue 17)."""
+    if auth.type == "static":
+        return [auth.headers]
+    if auth.type == "principal_headers":
+        default = [auth.default] if isinstance(auth.default, dict) else []
+        return [*auth.principals.values(), *default, auth.connection]
+    return []

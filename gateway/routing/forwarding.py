@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from gateway.telemetry.observe import ClientSpan, Tracing
     from gateway.upstreams.affinity import EraAffinity
     from gateway.upstreams.connection import BackendConnection
+    from gateway.upstreams.credentials import UpstreamCredentials
     from policies.load import LoadPolicy
 
 
@@ -104,8 +105,11 @@ class Forwarder:
         mcpc: McpcCalls | None = None,
         metrics: Metrics | None = None,
         tracing: Tracing | None = None,
+        upstream: UpstreamCredentials | None = None,
     ) -> None:
         self._connections = connections
+        # Per-call credentials toward backends whose auth is dynamic (gateway/upstreams/credentials.py).
+        self._upstream = upstream
         self._load = load
         self._eras = eras
         self._affinity = affinity
@@ -114,7 +118,16 @@ class Forwarder:
         self._metrics = metrics  # mcp.client.operation.duration
         self._tracing = tracing  # a CLIENT span per call, its context in _meta and HTTP headers (or None)
 
-    async def forward(self, call: Call, backend: str, params: dict[str, Any] | None) -> Routed:
+    async def forward(self, call: Call, backend: str, params: dict[str, Any] | None, bound: bool = False) -> Routed:
+        upstream = self._upstream
+        if not bound and upstream is not None and backend in upstream:
+            # The call's credential toward this backend (may exchange the caller's token; a failure is the
+            # caller's clear error, never a shared credential), bound to this call's requests only.
+            token = await upstream.bind(backend, call.principal.name)
+            try:
+                return await self.forward(call, backend, params, True)
+            finally:
+                upstream.unbind(token)
         session, event = call.session, call.event
         conn = self._connections[backend]
         if conn.state != "ready" and not (

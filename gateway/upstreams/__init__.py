@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 from gateway.config import Backend as BackendConfig, Limits
 from gateway.upstreams.base import Carrier
 
 
-def make_carrier(name: str, config: BackendConfig, limits: Limits) -> Carrier:
-    """Build a fresh carrier for one connection attempt to backend ``name``."""
+def make_carrier(
+    name: str,
+    config: BackendConfig,
+    limits: Limits,
+    identity: Callable[[], Mapping[str, str] | None] | None = None,
+) -> Carrier:
+    """Build a fresh carrier for one connection attempt to backend ``name``. ``identity``: the gateway's own
+    credential toward it when its auth is not static (gateway/upstreams/credentials.py; http only)."""
+    headers = config.headers
+    if config.auth is not None and config.auth.type == "static":  # upstream auth (issue 17)
+        headers = {**headers, **config.auth.headers}
     if config.transport == "stdio":
         from gateway.upstreams.stdio import StdioCarrier
 
@@ -17,17 +28,17 @@ def make_carrier(name: str, config: BackendConfig, limits: Limits) -> Carrier:
         from gateway.upstreams.http import HttpCarrier
 
         assert config.url
-        return HttpCarrier(name, config.url, config.headers, limits.max_message_bytes)
+        return HttpCarrier(name, config.url, headers, limits.max_message_bytes, identity)
     if config.transport == "sse":
         from gateway.upstreams.sse import SseCarrier
 
         assert config.url
-        return SseCarrier(name, config.url, config.headers, limits.max_message_bytes, config.connect_timeout_s)
+        return SseCarrier(name, config.url, headers, limits.max_message_bytes, config.connect_timeout_s)
     if config.transport == "ws":
         from gateway.upstreams.ws import WsCarrier
 
         assert config.url
-        return WsCarrier(name, config.url, config.headers, limits.max_message_bytes)
+        return WsCarrier(name, config.url, headers, limits.max_message_bytes)
     from gateway.upstreams.demo import BuiltinCarrier, DemoServer
 
     return BuiltinCarrier(name, DemoServer())

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, Protocol
 
 from adapters import mcp_modern, mcpl
@@ -32,6 +32,7 @@ from adapters.mgp import names as mgp_names
 from gateway import jsonrpc
 from gateway.config import Backend as BackendConfig
 from gateway.upstreams.base import Carrier, CarrierClosed
+from gateway.upstreams.credentials import call_headers
 from gateway.upstreams.deadlines import Deadlines
 from gateway.upstreams.handshake import GATEWAY_CLIENT_CAPABILITIES, BackendKernel, Era, Handshake
 from gateway.upstreams.listen import ListenOwner, ListenStream
@@ -96,8 +97,14 @@ class BackendConnection:
         sse_fallback: Callable[[], Carrier] | None = None,
         offer_mcpl: bool = True,
         kernel: BackendKernel | None = None,
+        identity: Callable[[], Mapping[str, str] | None] | None = None,
+        prepare: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.name = name
+        # Upstream credentials (gateway/upstreams/credentials.py), for a backend whose auth is not static:
+        # ``identity`` gives the headers of the gateway's own requests, ``prepare`` runs before each connect.
+        self._identity = identity
+        self._prepare = prepare
         self.config = config
         self._factory = carrier_factory
         self._sse_fallback = sse_fallback
@@ -262,6 +269,11 @@ class BackendConnection:
         if params is not None:
             message["params"] = params
         pending = Pending(upstream_id, message, asyncio.get_running_loop().create_future(), owner, client_token)
+        if self._identity is not None:
+            # A caller's request carries the credential bound for its call (the forwarder's); the gateway's own
+            # requests (no owner: handshake, lists) carry the gateway's identity toward this backend.
+            bound = call_headers(self.name) if owner is not None else None
+            pending.headers = bound if bound is not None else self._identity()
         self._pending.add(pending)
         return pending
 
@@ -282,6 +294,8 @@ class BackendConnection:
         try:
             modern_http = self.era == "modern" and self.config.transport == "http"  # _modern_http, inline
             headers = routing_headers(pending.message, self.tool_schemas) if modern_http else None
+            if pending.headers:
+                headers = {**headers, **pending.headers} if headers else dict(pending.headers)
             exchange = start(pending.message, headers)
         except CarrierClosed as exc:
             self._pending.drop(pending)
@@ -318,6 +332,8 @@ class BackendConnection:
                 pending.task = asyncio.current_task()
                 try:
                     headers = routing_headers(pending.message, self.tool_schemas) if self._modern_http else None
+                    if pending.headers:
+                        headers = {**headers, **pending.headers} if headers else dict(pending.headers)
                     await carrier.send(pending.message, headers)
                 except asyncio.CancelledError:
                     if not pending.interrupted:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -54,8 +54,18 @@ _GET_BACKOFF_MAX_S = 30.0
 
 
 class HttpCarrier(Carrier):
-    def __init__(self, name: str, url: str, headers: dict[str, str], max_message_bytes: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        headers: dict[str, str],
+        max_message_bytes: int,
+        identity: Callable[[], Mapping[str, str] | None] | None = None,
+    ) -> None:
         self._name = name
+        # The gateway's own credential toward the backend, renewed meanwhile (gateway/upstreams/credentials.py):
+        # on the requests that name no call (GET stream, notifications, DELETE); a request's comes with it.
+        self._identity = identity
         self._url = url
         self._base_headers = {
             **headers,
@@ -86,12 +96,16 @@ class HttpCarrier(Carrier):
         self._pool = ConnectionPool(self._url)
         self._drains = Deadlines(asyncio.get_running_loop())  # answered SSE streams still being read
 
-    def _headers(self) -> dict[str, str]:
+    def _headers(self, identity: bool = True) -> dict[str, str]:
+        """The headers of every request; ``identity``: with the gateway's own credential (not on a request's
+        POST, whose credential comes with the request)."""
         headers: dict[str, str] = dict(self._base_headers)
         if self._session_id:
             headers["mcp-session-id"] = self._session_id
         if self._protocol_version:
             headers["mcp-protocol-version"] = self._protocol_version
+        if identity and self._identity is not None:
+            headers.update(self._identity() or {})
         return headers
 
     def _header_block(self) -> bytes:
@@ -99,7 +113,7 @@ class HttpCarrier(Carrier):
         with them the start of every POST, ``_head``)."""
         key = (self._session_id, self._protocol_version)
         if self._block_key != key:
-            self._block = encode_headers(self._headers())
+            self._block = encode_headers(self._headers(identity=False))
             self._block_key = key
             assert self._pool is not None
             self._head = self._pool.head("POST", self._target, self._block)
