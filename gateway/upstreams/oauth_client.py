@@ -15,12 +15,14 @@ Invariants:
   code is kept only when it is a plain word).
 - An issued access token is used as a header value only if it is printable ASCII without CR/LF and at most
   ``MAX_TOKEN_CHARS`` long (no header injection from a hostile AS); its token_type must be Bearer.
-- ``expires_at`` is on the monotonic clock, already shortened by ``refresh_margin_s``.
+- ``expires_at`` is on the monotonic clock, already shortened by ``refresh_margin_s``; a lifetime is taken as
+  at most ``MAX_LIFETIME_S`` whatever the answer says.
 """
 
 from __future__ import annotations
 
 import base64
+import math
 import re
 import time
 import uuid
@@ -44,6 +46,7 @@ TOKEN_TYPE_JWT = "urn:ietf:params:oauth:token-type:jwt"
 ASSERTION_TYPE_JWT = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 MAX_TOKEN_CHARS = 16384
 MAX_ANSWER_BYTES = 64 * 1024
+MAX_LIFETIME_S = 86400.0
 _ERROR_CODE = re.compile(r"[a-z_]{1,64}")
 _TOKEN_CHARS = re.compile(r"[\x21-\x7e]+")
 
@@ -168,9 +171,15 @@ class TokenClient:
         expires_in = document.get("expires_in", self._config.default_expires_in_s)
         if isinstance(expires_in, str) and expires_in.isdigit():
             expires_in = int(expires_in)  # some servers send it as a string
-        if not isinstance(expires_in, int | float) or isinstance(expires_in, bool) or expires_in < 0:
+        if (
+            not isinstance(expires_in, int | float)
+            or isinstance(expires_in, bool)
+            or not math.isfinite(expires_in)
+            or expires_in < 0
+        ):
             raise TokenError("malformed", "token endpoint answered an invalid expires_in")
-        lifetime = max(0.0, float(expires_in) - self._config.refresh_margin_s)
+        # Kept at most MAX_LIFETIME_S whatever the AS says: a revoked grant is not used for ever.
+        lifetime = max(0.0, min(float(expires_in), MAX_LIFETIME_S) - self._config.refresh_margin_s)
         return IssuedToken({"Authorization": f"Bearer {token}"}, now + lifetime)
 
 
