@@ -39,6 +39,7 @@ from gateway.upstreams.listen import ListenOwner, ListenStream
 from gateway.upstreams.pending import EXPIRED, MISSING, Abortable, Pending as Pending, PendingTable
 from gateway.upstreams.restarts import RestartBudget
 from gateway.upstreams.supervisor import supervise
+from gateway.upstreams.user_sessions import CallHeaders
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +296,7 @@ class BackendConnection:
             modern_http = self.era == "modern" and self.config.transport == "http"  # _modern_http, inline
             headers = routing_headers(pending.message, self.tool_schemas) if modern_http else None
             if pending.headers:
-                headers = {**headers, **pending.headers} if headers else dict(pending.headers)
+                headers = _with_credential(headers, pending.headers)
             exchange = start(pending.message, headers)
         except CarrierClosed as exc:
             self._pending.drop(pending)
@@ -333,7 +334,7 @@ class BackendConnection:
                 try:
                     headers = routing_headers(pending.message, self.tool_schemas) if self._modern_http else None
                     if pending.headers:
-                        headers = {**headers, **pending.headers} if headers else dict(pending.headers)
+                        headers = _with_credential(headers, pending.headers)
                     await carrier.send(pending.message, headers)
                 except asyncio.CancelledError:
                     if not pending.interrupted:
@@ -465,3 +466,11 @@ def routing_headers(message: dict[str, Any], tool_schemas: dict[str, Any]) -> di
     headers = mcp_modern.request_headers(method, params, schema)
     headers["MCP-Protocol-Version"] = mcp_modern.LATEST_MODERN
     return headers
+
+
+def _with_credential(headers: dict[str, str] | None, credential: Mapping[str, str]) -> dict[str, str]:
+    """A request's headers with its credential; a caller's credential keeps its ``session_key`` (the
+    carrier keeps a legacy session per caller, gateway/upstreams/user_sessions.py)."""
+    key = getattr(credential, "session_key", None)
+    merged = {**headers, **credential} if headers else credential
+    return CallHeaders(merged, key) if key is not None else dict(merged)

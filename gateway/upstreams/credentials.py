@@ -46,6 +46,7 @@ from gateway.config_backend import Backend as BackendConfig
 from gateway.config_upstream_auth import ClientCredentialsAuth, PrincipalHeadersAuth, TokenExchangeAuth
 from gateway.errors import UPSTREAM_CREDENTIAL
 from gateway.upstreams.oauth_client import IssuedToken, TokenClient, TokenError
+from gateway.upstreams.user_sessions import CallHeaders
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +166,8 @@ class _Granted:
 class Provider:
     """The credentials of one backend (see the module docstring); subclasses per ``auth.type``."""
 
+    per_user = False  # its calls carry the caller's own credential (so: the caller's own legacy session)
+
     def __init__(self, backend: str, audit: Audit) -> None:
         self.backend = backend
         self._audit = audit
@@ -222,6 +225,8 @@ class ClientCredentialsProvider(Provider):
 
 class TokenExchangeProvider(Provider):
     """The caller's token exchanged for one for this backend; cached per (principal, subject token)."""
+
+    per_user = True
 
     def __init__(
         self, backend: str, config: TokenExchangeAuth, audit: Audit, client: TokenClient | None = None
@@ -282,6 +287,8 @@ class TokenExchangeProvider(Provider):
 class PrincipalHeadersProvider(Provider):
     """Configured headers per principal; a principal without an entry is refused unless a default is set."""
 
+    per_user = True
+
     def __init__(self, backend: str, config: PrincipalHeadersAuth, audit: Audit) -> None:
         super().__init__(backend, audit)
         self._config = config
@@ -329,7 +336,10 @@ class UpstreamCredentials:
 
     async def bind(self, backend: str, principal: str) -> contextvars.Token[tuple[str, Headers] | None]:
         """Get the call's headers (may exchange; raises UpstreamCredentialError) and bind them to this context."""
-        headers = await self._providers[backend].for_call(principal)
+        provider = self._providers[backend]
+        headers = await provider.for_call(principal)
+        if provider.per_user:  # the carrier keeps this caller's own legacy session (user_sessions.py)
+            headers = CallHeaders(headers, principal)
         return _CALL.set((backend, headers))
 
     @staticmethod

@@ -44,6 +44,7 @@ from gateway.upstreams.httpclient import (
     target_of,
 )
 from gateway.upstreams.quick import DRAIN_S, QuickExchange
+from gateway.upstreams.user_sessions import UserSessions, session_key
 
 __all__ = ["HttpCarrier", "QuickExchange"]
 
@@ -87,6 +88,10 @@ class HttpCarrier(Carrier):
         self._reason = "closed"
         self._get_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
+        # A caller's own session for calls made with the caller's credential (issue 17), when the backend
+        # keeps legacy sessions: gateway/upstreams/user_sessions.py.
+        self._users = UserSessions(name, lambda: self._pool, self._target, self._spawn, max_bytes=max_message_bytes)
+        self._init_params: dict[str, Any] = {}  # of the shared initialize, replayed for a caller's session
 
     def describe(self) -> str:
         return f"http:{self._url}"
@@ -163,8 +168,8 @@ class HttpCarrier(Carrier):
         pool = self._pool
         if pool is None or self._closed.is_set():
             raise CarrierClosed(self._reason)
-        if message.get("method") == "initialize":
-            return None
+        if message.get("method") == "initialize" or (self._session_id and session_key(headers) is not None):
+            return None  # a caller's call on a legacy session backend goes in the caller's session: send()
         trace = OUTGOING_HTTP.get()  # the CLIENT span's traceparent while tracing is on (gateway/telemetry/)
         if trace is not None:
             headers = {**headers, **trace} if headers else trace
@@ -202,14 +207,33 @@ class HttpCarrier(Carrier):
         except CarrierClosed as exc:
             self._fail(message["id"], jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} is unavailable: {exc}")
 
-    async def _exchange(self, message: dict[str, Any], body: bytes, headers: Mapping[str, str] | None) -> None:
+    async def _exchange(
+        self, message: dict[str, Any], body: bytes, headers: Mapping[str, str] | None, again: bool = False
+    ) -> None:
         assert self._pool and self._inbound
         rpc_id = message["id"]
+        given = headers
+        key = session_key(headers) if self._session_id and message.get("method") != "initialize" else None
         trace = OUTGOING_HTTP.get()  # the CLIENT span's traceparent while tracing is on (gateway/telemetry/)
         if trace is not None:
             headers = {**headers, **trace} if headers else trace
-        block = self._header_block() + encode_headers(headers) if headers else self._header_block()
+        if key is not None:
+            block = await self._caller_block(key, headers or {})
+        else:
+            block = self._header_block() + encode_headers(headers) if headers else self._header_block()
+            if message.get("method") == "initialize" and isinstance(message.get("params"), dict):
+                self._init_params = message["params"]
         response = await self._pool.request("POST", self._target, block, body)
+        if key is not None and response.status == 404:
+            # The backend ended (or never knew) the caller's session and did not process the request: it is
+            # sent once more, in a new session of the caller's.
+            response.release()
+            self._users.forget(key)
+            if not again:
+                await self._exchange(message, body, given, again=True)
+                return
+            self._fail(rpc_id, jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} ended the caller's session")
+            return
         if message.get("method") == "initialize":
             sid = response.headers.get("mcp-session-id")
             if sid:
@@ -224,6 +248,15 @@ class HttpCarrier(Carrier):
         finally:
             response.release()
         self._answer(message, status, data)
+
+    async def _caller_block(self, key: str, headers: Mapping[str, str]) -> bytes:
+        """The headers of a caller's request in the caller's own session (opened on first need)."""
+        base = self._headers(identity=False)
+        del base["mcp-session-id"]
+        sid = await self._users.session(key, base, headers, self._init_params)
+        if sid:
+            base["mcp-session-id"] = sid
+        return encode_headers({**base, **headers})
 
     def _answer(self, message: dict[str, Any], status: int, data: bytes) -> None:
         """A POST's answer that is no stream: its messages relayed, the response as the call's answer."""
@@ -435,6 +468,7 @@ class HttpCarrier(Carrier):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._get_task
         if self._pool is not None:
+            await self._users.close()
             if self._session_id and not self._closed.is_set():
                 with contextlib.suppress(Exception):
                     async with asyncio.timeout(2.0):

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import jwt
 import uvicorn
 
 from tests.raw_asgi import read_body, respond
@@ -36,6 +37,10 @@ class AuthBackend:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._seen: list[Seen] = []
+        # Sessions of paths under /bound: bound to who opened them (MCP 2025-11-25 Security Best Practices; the
+        # official SDK does the same): another caller's request, or an unknown session, is answered 404.
+        self.sessions: dict[str, str] = {}
+        self._next = 0
         self.port = 0
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -59,7 +64,11 @@ class AuthBackend:
         if scope["method"] == "GET":
             await respond(send, 405, b"")
             return
+        bound = scope["path"].startswith("/bound")
+        sid = headers.get("mcp-session-id")
         if scope["method"] == "DELETE":
+            with self._lock:
+                self.sessions.pop(sid or "", None)
             await respond(send, 200, b"")
             return
         message = json.loads(await read_body(receive))
@@ -68,6 +77,12 @@ class AuthBackend:
             params = message.get("params")
             tool = params.get("name") if method == "tools/call" and isinstance(params, dict) else None
             self._seen.append(Seen(scope["path"], method, headers, tool))
+            refused = bound and method != "initialize" and (sid is None or self.sessions.get(sid) != who(headers))
+        if refused:
+            await respond(
+                send, 404, b'{"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": "Session not found"}}'
+            )
+            return
         if "id" not in message or "method" not in message:
             await respond(send, 202, b"")
             return
@@ -78,11 +93,19 @@ class AuthBackend:
                 "capabilities": {"tools": {}},
                 "serverInfo": {"name": "auth-backend", "version": "1"},
             }
-            extra = [(b"mcp-session-id", b"s-" + scope["path"].encode())]
+            with self._lock:
+                self._next += 1
+                session = f"s-{self._next}"
+                self.sessions[session] = who(headers)
+            extra = [(b"mcp-session-id", session.encode())]
         elif method == "tools/list":
             result = {"tools": [WHOAMI]}
         elif method == "tools/call" and message["params"].get("name") == "whoami":
-            seen = {"authorization": headers.get("authorization"), "x-api-key": headers.get("x-api-key")}
+            seen = {
+                "authorization": headers.get("authorization"),
+                "x-api-key": headers.get("x-api-key"),
+                "session": sid,
+            }
             result = {"content": [{"type": "text", "text": json.dumps(seen)}]}
         elif method == "ping":
             result = {}
@@ -91,6 +114,11 @@ class AuthBackend:
             await respond(send, 200, json.dumps({"jsonrpc": "2.0", "id": rpc_id, "error": error}).encode())
             return
         await respond(send, 200, json.dumps({"jsonrpc": "2.0", "id": rpc_id, "result": result}).encode(), extra)
+
+    def end_sessions_of(self, owner: str) -> None:
+        """Forget every session of ``owner`` (as a backend that restarted or expired them)."""
+        with self._lock:
+            self.sessions = {sid: who for sid, who in self.sessions.items() if who != owner}
 
     def __enter__(self) -> AuthBackend:
         sock = socket.create_server(("127.0.0.1", 0))
@@ -110,3 +138,12 @@ class AuthBackend:
         if self._server is not None and self._thread is not None:
             self._server.should_exit = True
             self._thread.join(10)
+
+
+def who(headers: dict[str, str]) -> str:
+    """Whom a request's credential names: a bearer JWT's ``sub`` (read, not verified: the AS did that), else
+    the X-Api-Key, else the raw Authorization."""
+    authorization = headers.get("authorization", "")
+    if authorization.startswith("Bearer ") and authorization.count(".") == 2:
+        return str(jwt.decode(authorization[7:], options={"verify_signature": False}).get("sub"))
+    return headers.get("x-api-key") or authorization

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from tests.gateway.upstreams.auth_backend import AuthBackend
+from tests.gateway.upstreams.auth_backend import AuthBackend, who
 from tests.support import JSON_HEADERS, RunningGateway, free_port, initialize_request, run_gateway
 from tests.support_oauth import GRANT_CLIENT_CREDENTIALS, GRANT_TOKEN_EXCHANGE, OAuthServer
 
@@ -88,6 +88,20 @@ def gateway(
                 "auth": {
                     "type": "principal_headers",
                     "principals": {"alice": {"X-Api-Key": "alice-key"}},
+                    "connection": {"X-Api-Key": "gateway-key"},
+                },
+            },
+            "bx": {  # a backend that binds each session to the credential that opened it
+                "transport": "http",
+                "url": backend.url("/bound-ex"),
+                "auth": {**exchange, "client_secret": "gw-secret", "audience": "bx-aud"},
+            },
+            "bph": {
+                "transport": "http",
+                "url": backend.url("/bound-ph"),
+                "auth": {
+                    "type": "principal_headers",
+                    "principals": {"alice": {"X-Api-Key": "alice-key"}, "bob": {"X-Api-Key": "bob-key"}},
                     "connection": {"X-Api-Key": "gateway-key"},
                 },
             },
@@ -293,3 +307,24 @@ def test_failures_are_audited_without_secrets(gateway: RunningGateway, oauth: OA
         subject = request.form.get("subject_token")
         if subject:
             assert subject not in log
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "gateway_is"), [("bx", "/bound-ex", "gw"), ("bph", "/bound-ph", "gateway-key")]
+)
+def test_a_backend_that_binds_sessions_gets_a_session_per_caller(
+    gateway: RunningGateway, oauth: OAuthServer, backend: AuthBackend, name: str, path: str, gateway_is: str
+) -> None:
+    alice, bob = Client(gateway, name, token(oauth, "alice")), Client(gateway, name, token(oauth, "bob"))
+    first, other, again = alice.seen(1), bob.seen(1), alice.seen(2)
+    assert first["session"] == again["session"] != other["session"]
+    opened = [who(s.headers) for s in backend.seen if s.path == path and s.method == "initialize"]
+    callers = {"alice", "bob"} if name == "bx" else {"alice-key", "bob-key"}
+    assert opened[0] == gateway_is and set(opened[1:]) == callers and len(opened) == 3
+    # The backend forgets alice's session: her next call opens a new one, and nobody else notices.
+    backend.end_sessions_of("alice" if name == "bx" else "alice-key")
+    renewed = alice.seen(3)
+    assert renewed["session"] not in (first["session"], other["session"])
+    assert bob.seen(2)["session"] == other["session"]
+    opened = [who(s.headers) for s in backend.seen if s.path == path and s.method == "initialize"]
+    assert opened.count(gateway_is) == 1, "the shared connection was never lost"
