@@ -11,10 +11,12 @@ gateway's own requests (the handshake) carry its own identity.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,7 +24,15 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from tests.gateway.upstreams.auth_backend import AuthBackend, who
-from tests.support import JSON_HEADERS, RunningGateway, free_port, initialize_request, run_gateway
+from tests.support import (
+    JSON_HEADERS,
+    RunningGateway,
+    free_port,
+    initialize_request,
+    modern_headers,
+    modern_meta,
+    run_gateway,
+)
 from tests.support_oauth import GRANT_CLIENT_CREDENTIALS, GRANT_TOKEN_EXCHANGE, OAuthServer
 
 pytestmark = pytest.mark.timeout(90)
@@ -56,7 +66,9 @@ def gateway(
     key_file = tmp_path_factory.mktemp("keys") / "gw.pem"
     key_file.write_bytes(pem)
     exchange = {"type": "token_exchange", "token_endpoint": oauth.token_url, "client_id": "gw"}
+    audit_file = tmp_path_factory.mktemp("audit") / "audit.jsonl"
     config: dict[str, Any] = {
+        "audit": {"file": str(audit_file)},
         "auth": {"jwt": {"jwks_url": oauth.jwks_url, "issuer": oauth.issuer, "audience": "switchboard"}},
         "principals": {"svc": {"tokens": [STATIC_SECRET], "capabilities": ["*"]}},
         "backends": {
@@ -300,8 +312,27 @@ def test_principal_headers_pick_per_principal_and_deny_the_rest(
     assert [s.headers.get("x-api-key") for s in backend.calls("/ph")] == ["alice-key"]
 
 
+def audit_records(gateway: RunningGateway) -> list[dict[str, Any]]:
+    import yaml
+
+    path = yaml.safe_load(gateway.config_path.read_text())["audit"]["file"]
+    deadline = time.monotonic() + 5
+    while True:  # written from a thread: wait (bounded) for the records of the tests that ran
+        text = Path(path).read_text() if Path(path).exists() else ""
+        records = [json.loads(line) for line in text.splitlines() if line.strip()]
+        if any(r["outcome"] == "upstream_credential_failed" for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.05)
+
+
 def test_failures_are_audited_without_secrets(gateway: RunningGateway, oauth: OAuthServer) -> None:
-    log = gateway.log()
+    Client(gateway, "ph", token(oauth, "zoe")).whoami()  # refused: no entry for zoe
+    records = audit_records(gateway)
+    failed = [r for r in records if r["outcome"] == "upstream_credential_failed"]
+    assert {"backend": "ph", "principal": "zoe", "reason": "no_credential_for_principal"}.items() <= failed[-1].items()
+    issued = [r for r in records if r["outcome"] == "upstream_token_issued"]
+    assert any(r["grant"] == "token_exchange" and r["backend"] == "ex" for r in issued)
+    log = gateway.log() + json.dumps(records)
     assert "gw-secret" not in log and STATIC_SECRET not in log
     for request in oauth.token_requests():
         subject = request.form.get("subject_token")
@@ -328,3 +359,52 @@ def test_a_backend_that_binds_sessions_gets_a_session_per_caller(
     assert bob.seen(2)["session"] == other["session"]
     opened = [who(s.headers) for s in backend.seen if s.path == path and s.method == "initialize"]
     assert opened.count(gateway_is) == 1, "the shared connection was never lost"
+
+
+async def ws_answer(ws: Any, rpc_id: int) -> dict[str, Any]:
+    """The answer to request ``rpc_id`` on a WebSocket, within a bounded wait (other frames skipped)."""
+    async with asyncio.timeout(20):
+        while True:
+            message = json.loads(await ws.recv())
+            if message.get("id") == rpc_id and "method" not in message:
+                return dict(message)
+
+
+async def test_over_websocket_the_handshakes_token_is_exchanged(gateway: RunningGateway, oauth: OAuthServer) -> None:
+    from websockets.asyncio.client import connect
+
+    frank = token(oauth, "frank")
+    url = gateway.ws("/servers/ex/mcp/ws")
+    async with connect(url, subprotocols=["mcp"], additional_headers={"Authorization": f"Bearer {frank}"}) as ws:
+        await ws.send(json.dumps(initialize_request(client="ws-test")))
+        assert "result" in await ws_answer(ws, 0)
+        await ws.send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        for rpc_id in (1, 2):
+            call = {
+                "jsonrpc": "2.0",
+                "id": rpc_id,
+                "method": "tools/call",
+                "params": {"name": "whoami", "arguments": {}},
+            }
+            await ws.send(json.dumps(call))
+            answer = await ws_answer(ws, rpc_id)
+            seen = json.loads(answer["result"]["content"][0]["text"])
+            assert bearer_claims(oauth, seen["authorization"])["sub"] == "frank"
+    assert exchanges_for(oauth, frank) == 1
+
+
+def test_a_modern_client_is_exchanged_per_request(gateway: RunningGateway, oauth: OAuthServer) -> None:
+    grace = token(oauth, "grace")
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "whoami", "arguments": {}, "_meta": modern_meta("modern-test")},
+    }
+    headers = {**modern_headers("tools/call", "whoami"), "authorization": f"Bearer {grace}"}
+    with httpx.Client(timeout=20) as http:
+        for _ in range(2):
+            answer = answer_of(http.post(gateway.server("ex"), json=call, headers=headers))
+            seen = json.loads(answer["result"]["content"][0]["text"])
+            assert bearer_claims(oauth, seen["authorization"])["sub"] == "grace"
+    assert exchanges_for(oauth, grace) == 1
