@@ -396,7 +396,7 @@ class Gateway:
             token = bearer_token(header(scope, b"authorization"))
         credentials = self._authenticate(token)
         if self.upstream_auth.exchanges:  # only a token-exchange backend needs it (no cost otherwise)
-            note_presented(token, credentials.kind)
+            note_presented(token, credentials.kind, credentials.expires)
         return credentials
 
     def _authenticate(self, token: str | None) -> Credentials:

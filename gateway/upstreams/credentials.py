@@ -24,9 +24,10 @@ Invariants:
 - Static bearer tokens of ``principals.*.tokens`` and anonymous callers are never exchanged: a gateway secret is
   not sent to an authorization server.
 - Exchanged tokens are cached per (principal, SHA-256 of the subject token) until their expires_in minus the
-  margin, at most ``cache_size`` per backend (least recently used dropped); concurrent calls with one key share
-  one exchange (single flight), and so do concurrent refreshes of a client_credentials token. A failure is not
-  cached. Every exchange or grant is audited as ``upstream_token_issued`` (backend, principal, grant).
+  margin (never past the subject token's own exp; an expired subject is not exchanged), at most ``cache_size``
+  per backend (least recently used dropped); concurrent calls with one key share one exchange (single flight),
+  and so do concurrent refreshes of a client_credentials token. A failure is not cached. Every exchange or
+  grant is audited as ``upstream_token_issued`` (backend, principal, grant).
 """
 
 from __future__ import annotations
@@ -61,15 +62,16 @@ class Presented:
 
     token: str = field(repr=False)
     kind: str
+    expires: float | None = None  # the token's exp (epoch seconds), when it has one
 
 
 _PRESENTED: contextvars.ContextVar[Presented | None] = contextvars.ContextVar("sb_presented", default=None)
 _CALL: contextvars.ContextVar[tuple[str, Headers] | None] = contextvars.ContextVar("sb_call_credential", default=None)
 
 
-def note_presented(token: str | None, kind: str) -> None:
-    """The request being handled presented ``token`` (proved as ``kind``); called by every authentication."""
-    _PRESENTED.set(Presented(token, kind) if token else None)
+def note_presented(token: str | None, kind: str, expires: float | None = None) -> None:
+    """The request being handled presented ``token`` (proved as ``kind``, valid until ``expires``)."""
+    _PRESENTED.set(Presented(token, kind, expires) if token else None)
 
 
 def call_headers(backend: str) -> Headers | None:
@@ -252,16 +254,21 @@ class TokenExchangeProvider(Provider):
                 self._cache.move_to_end(key)
                 return cached.headers
             del self._cache[key]
-        subject = presented.token
+        if presented.expires is not None and presented.expires <= time.time():
+            # A WebSocket outlives its handshake's token: the gateway does not act for its user any longer.
+            raise self._fail(principal, "no_subject_token", "the caller's access token has expired")
+        subject, until = presented.token, presented.expires
         try:
-            token = await self._flight.run(key, lambda: self._exchange(key, principal, subject))
+            token = await self._flight.run(key, lambda: self._exchange(key, principal, subject, until))
         except TokenError as exc:
             raise self._fail(principal, exc.reason, f"token exchange: {exc.detail}") from None
         return token.headers
 
-    async def _exchange(self, key: tuple[str, bytes], principal: str, subject: str) -> IssuedToken:
+    async def _exchange(self, key: tuple[str, bytes], principal: str, subject: str, until: float | None) -> IssuedToken:
         token = await self._client.exchange(subject, self._config.requested_token_type)
         self._issued(principal, "token_exchange")
+        if until is not None:  # never kept past the subject token's own expiry
+            token = IssuedToken(token.headers, min(token.expires_at, time.monotonic() + until - time.time()))
         if token.fresh(time.monotonic()):  # a token within its margin is used once, not kept
             self._cache[key] = token
             while len(self._cache) > self._config.cache_size:

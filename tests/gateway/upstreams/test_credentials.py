@@ -8,6 +8,7 @@ principal_headers, and the binding of a call's headers to its context only.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -148,3 +149,18 @@ async def test_principal_headers() -> None:
         assert provider is not None and provider.identity() is None
         assert await call_as(credentials, "alice") == "Bearer A"
         assert await call_as(credentials, "zed") == "Bearer D"
+
+
+async def test_an_expired_subject_is_not_acted_for() -> None:
+    async with OAuthServer() as oauth:
+        oauth.add_client("gw", "pw")
+        credentials = registry(oauth, Audit(), type="token_exchange", connection="none")
+        note_presented(oauth.mint({"sub": "ws-user"}), "jwt", time.time() + 0.4)  # a WebSocket's handshake token
+        first = await call_as(credentials, "ws-user")
+        assert await call_as(credentials, "ws-user") == first
+        await asyncio.sleep(0.5)
+        with pytest.raises(UpstreamCredentialError, match="expired") as expired:
+            await call_as(credentials, "ws-user")
+        assert expired.value.reason == "no_subject_token"
+        assert len(oauth.token_requests(GRANT_TOKEN_EXCHANGE)) == 1
+        await credentials.close()
