@@ -169,6 +169,7 @@ class Provider:
     """The credentials of one backend (see the module docstring); subclasses per ``auth.type``."""
 
     per_user = False  # its calls carry the caller's own credential (so: the caller's own legacy session)
+    source: object = None  # the auth section it was made from
 
     def __init__(self, backend: str, audit: Audit) -> None:
         self.backend = backend
@@ -318,6 +319,7 @@ class UpstreamCredentials:
     def __init__(self, audit: Audit) -> None:
         self._audit = audit
         self._providers: dict[str, Provider] = {}
+        self._retired: list[Provider] = []  # replaced by a runtime re-registration: closed with the rest
         self.exchanges = False  # some backend exchanges the caller's token: requests must note it
 
     def __contains__(self, backend: object) -> bool:
@@ -325,10 +327,13 @@ class UpstreamCredentials:
 
     def provider_for(self, name: str, config: BackendConfig) -> Provider | None:
         """The provider of backend ``name`` (made on first need), or None when its auth needs none."""
+        auth = config.auth
         provider = self._providers.get(name)
         if provider is not None:
-            return provider
-        auth = config.auth
+            if provider.source == auth:  # the twin of a dual-era backend shares its primary's
+                return provider
+            # A backend registered again at runtime (MGP §15) with another auth: a provider of its own.
+            self._retired.append(self._providers.pop(name))
         if isinstance(auth, ClientCredentialsAuth):
             provider = ClientCredentialsProvider(name, auth, self._audit)
         elif isinstance(auth, TokenExchangeAuth):
@@ -338,6 +343,7 @@ class UpstreamCredentials:
             provider = PrincipalHeadersProvider(name, auth, self._audit)
         else:
             return None
+        provider.source = auth
         self._providers[name] = provider
         return provider
 
@@ -354,7 +360,7 @@ class UpstreamCredentials:
         _CALL.reset(token)
 
     async def close(self) -> None:
-        for provider in list(self._providers.values()):
+        for provider in [*self._providers.values(), *self._retired]:
             await provider.close()
 
     def providers(self) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import pytest
 
 from gateway.config import Config
 from gateway.upstreams.credentials import (
+    Provider,
     UpstreamCredentialError,
     UpstreamCredentials,
     call_headers,
@@ -33,13 +34,14 @@ class Audit:
         self.records.append((outcome, fields))
 
 
-def registry(oauth: OAuthServer, audit: Audit, **auth: Any) -> UpstreamCredentials:
+def registry(oauth: OAuthServer, audit: Audit, **auth: Any) -> tuple[UpstreamCredentials, Provider]:
     base = {"token_endpoint": oauth.token_url, "client_id": "gw", "client_secret": "pw"}
     backend = {"transport": "http", "url": "http://127.0.0.1:1/mcp", "auth": {**base, **auth}}
     config = Config.model_validate({"backends": {"b": backend}})
     credentials = UpstreamCredentials(audit)
-    credentials.provider_for("b", config.backends["b"])
-    return credentials
+    provider = credentials.provider_for("b", config.backends["b"])
+    assert provider is not None and credentials.provider_for("b", config.backends["b"]) is provider  # one per backend
+    return credentials, provider
 
 
 async def call_as(credentials: UpstreamCredentials, principal: str) -> str:
@@ -56,7 +58,7 @@ async def test_exchange_cache_per_principal_and_subject_bounded() -> None:
     async with OAuthServer() as oauth:
         oauth.add_client("gw", "pw")
         audit = Audit()
-        credentials = registry(oauth, audit, type="token_exchange", connection="none", cache_size=2)
+        credentials, _provider = registry(oauth, audit, type="token_exchange", connection="none", cache_size=2)
         tokens = {name: oauth.mint({"sub": name}) for name in ("a", "b", "c")}
         for name in ("a", "a", "b", "a", "c", "b"):
             note_presented(tokens[name], "jwt")
@@ -76,7 +78,7 @@ async def test_single_flight_and_failures_not_cached() -> None:
     async with OAuthServer() as oauth:
         oauth.add_client("gw", "pw")
         audit = Audit()
-        credentials = registry(oauth, audit, type="token_exchange", connection="none")
+        credentials, _provider = registry(oauth, audit, type="token_exchange", connection="none")
         note_presented(oauth.mint({"sub": "alice"}), "jwt")
         oauth.fail("slow", delay_s=0.3)
         answers = await asyncio.gather(*(call_as(credentials, "alice") for _ in range(8)))
@@ -96,7 +98,7 @@ async def test_single_flight_and_failures_not_cached() -> None:
 async def test_tokens_that_are_never_exchanged() -> None:
     async with OAuthServer() as oauth:
         oauth.add_client("gw", "pw")
-        credentials = registry(oauth, Audit(), type="token_exchange", connection="none")
+        credentials, _provider = registry(oauth, Audit(), type="token_exchange", connection="none")
         for token, kind in (("static-secret", "static"), ("anything", "anonymous"), (None, "jwt")):
             note_presented(token, kind)
             with pytest.raises(UpstreamCredentialError) as refused:
@@ -108,9 +110,8 @@ async def test_tokens_that_are_never_exchanged() -> None:
 async def test_client_credentials_renewed_before_expiry() -> None:
     async with OAuthServer(token_lifetime_s=2) as oauth:
         oauth.add_client("gw", "pw")
-        credentials = registry(oauth, Audit(), type="client_credentials", refresh_margin_s=1.5)
-        provider = credentials.provider_for("b", None)  # type: ignore[arg-type]  # made already
-        assert provider is not None and provider.identity() is None  # no token yet: renewal started
+        credentials, provider = registry(oauth, Audit(), type="client_credentials", refresh_margin_s=1.5)
+        assert provider.identity() is None  # no token yet: renewal started
         await provider.prepare()
         first = await call_as(credentials, "alice")
         assert await call_as(credentials, "bob") == first and provider.identity() == {"Authorization": first}
@@ -154,7 +155,7 @@ async def test_principal_headers() -> None:
 async def test_an_expired_subject_is_not_acted_for() -> None:
     async with OAuthServer() as oauth:
         oauth.add_client("gw", "pw")
-        credentials = registry(oauth, Audit(), type="token_exchange", connection="none")
+        credentials, _provider = registry(oauth, Audit(), type="token_exchange", connection="none")
         note_presented(oauth.mint({"sub": "ws-user"}), "jwt", time.time() + 0.4)  # a WebSocket's handshake token
         first = await call_as(credentials, "ws-user")
         assert await call_as(credentials, "ws-user") == first
