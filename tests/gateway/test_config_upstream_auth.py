@@ -71,7 +71,8 @@ def test_every_kind_is_accepted_over_http() -> None:
         (backend("stdio", auth={"type": "static"}), "transport 'stdio' has none"),
         (backend(headers={"authorization": "x"}, auth=EXCHANGE), "headers ['authorization'] are set by auth"),
         (backend(auth={**EXCHANGE, "client_secret": None}), "exactly one of client_secret or client_assertion"),
-        (backend(auth={**EXCHANGE, "token_endpoint": "as.example/token"}), "token_endpoint must be an http(s)"),
+        (backend(auth={**EXCHANGE, "token_endpoint": "as.example/token"}), "token_endpoint must be an https:// URL"),
+        (backend(auth={**EXCHANGE, "token_endpoint": "http://as.example/token"}), "http:// only to a loopback"),
         (backend(auth={**EXCHANGE, "type": "password"}), "does not match any of the expected tags"),
         (
             backend(auth={"type": "principal_headers", "principals": {"a": {"Bad Name": "v"}}}),
