@@ -80,15 +80,24 @@ def call_headers(backend: str) -> Headers | None:
     return bound[1] if bound is not None and bound[0] == backend else None
 
 
+# What the client is told when the authorization server failed: where it is and how it failed stay in the audit
+# record and the log (the client learns nothing of the gateway's infrastructure).
+_TOLD = {
+    "unavailable": "the authorization server is unavailable",
+    "malformed": "the authorization server answered something unusable",
+}
+
+
 class UpstreamCredentialError(jsonrpc.RpcError):
     """No credential for this call to this backend; never answered with a shared one instead."""
 
     def __init__(self, backend: str, reason: str, detail: str) -> None:
+        told = _TOLD.get(reason, detail)
         super().__init__(
-            UPSTREAM_CREDENTIAL, f"cannot call backend {backend}: {detail}", {"backend": backend, "reason": reason}
+            UPSTREAM_CREDENTIAL, f"cannot call backend {backend}: {told}", {"backend": backend, "reason": reason}
         )
         self.reason = reason
-        self.detail = detail
+        self.detail = detail  # the whole story, for the audit record
 
 
 K = TypeVar("K", bound=Hashable)

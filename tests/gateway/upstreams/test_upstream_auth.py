@@ -281,6 +281,8 @@ def test_an_unreachable_authorization_server_is_a_clear_error(gateway: RunningGa
     answer = Client(gateway, "dead", token(oauth, "alice")).whoami()
     assert answer["error"]["code"] == UPSTREAM_CREDENTIAL
     assert answer["error"]["data"]["reason"] == "unavailable"
+    assert answer["error"]["message"] == "cannot call backend dead: the authorization server is unavailable"
+    assert "127.0.0.1" not in json.dumps(answer), "where the authorization server is stays in the audit record"
 
 
 def test_a_static_token_is_never_sent_to_the_authorization_server(gateway: RunningGateway, oauth: OAuthServer) -> None:
