@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from gateway.config_base import StrictModel as _Model
-from gateway.config_upstream_auth import UpstreamAuth, check_transport
+from gateway.config_upstream_auth import UpstreamAuth, check_backend_auth
 
 _URL_SCHEMES = {"http": ("http://", "https://"), "sse": ("http://", "https://"), "ws": ("ws://", "wss://")}
 
@@ -83,6 +83,12 @@ class Backend(_Model):
         "`auth` they may not name a header auth sets (Authorization for the OAuth kinds).",
     )
 
+    @model_validator(mode="after")
+    def _upstream_auth(self) -> Backend:
+        if self.auth is not None:
+            check_backend_auth(self.auth, self.transport, self.headers)
+        return self
+
     @field_validator("url")
     @classmethod
     def _url_scheme(cls, value: str | None, info: ValidationInfo) -> str | None:
@@ -98,22 +104,4 @@ class Backend(_Model):
             raise ValueError("transport 'stdio' needs 'command'")
         if self.transport in _URL_SCHEMES and not self.url:
             raise ValueError(f"transport '{self.transport}' needs 'url'")
-        if self.auth is not None:  # upstream auth (issue 17)
-            check_transport(self.auth, self.transport)
-            own = {"authorization"} if self.auth.type in ("client_credentials", "token_exchange") else set()
-            for headers in _auth_header_maps(self.auth):
-                own |= {name.lower() for name in headers}
-            clash = sorted(name for name in self.headers if name.lower() in own)
-            if clash:
-                raise ValueError(f"headers {clash} are set by auth ({self.auth.type}); remove them from 'headers'")
         return self
-
-
-def _auth_header_maps(auth: UpstreamAuth) -> list[dict[str, str]]:
-    """The header maps an auth section sends (upstream auth, issue 17)."""
-    if auth.type == "static":
-        return [auth.headers]
-    if auth.type == "principal_headers":
-        default = [auth.default] if isinstance(auth.default, dict) else []
-        return [*auth.principals.values(), *default, auth.connection]
-    return []

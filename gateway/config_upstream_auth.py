@@ -147,15 +147,33 @@ class PrincipalHeadersAuth(_Model):
         return self
 
 
-UpstreamAuth = Annotated[
-    StaticAuth | ClientCredentialsAuth | TokenExchangeAuth | PrincipalHeadersAuth, Field(discriminator="type")
-]
+AnyAuth = StaticAuth | ClientCredentialsAuth | TokenExchangeAuth | PrincipalHeadersAuth
+UpstreamAuth = Annotated[AnyAuth, Field(discriminator="type")]
 PER_USER = ("token_exchange", "principal_headers")
 
 
-def check_transport(
-    auth: StaticAuth | ClientCredentialsAuth | TokenExchangeAuth | PrincipalHeadersAuth, transport: str
-) -> None:
+def check_backend_auth(auth: AnyAuth, transport: str, headers: dict[str, str]) -> None:
+    """Raise a ValueError that says why ``auth`` cannot work on this backend (its transport, its ``headers``)."""
+    check_transport(auth, transport)
+    own = {"authorization"} if auth.type in ("client_credentials", "token_exchange") else set()
+    for sent in _header_maps(auth):
+        own |= {name.lower() for name in sent}
+    clash = sorted(name for name in headers if name.lower() in own)
+    if clash:
+        raise ValueError(f"headers {clash} are set by auth ({auth.type}); remove them from 'headers'")
+
+
+def _header_maps(auth: AnyAuth) -> list[dict[str, str]]:
+    """The header maps an auth section sends."""
+    if isinstance(auth, StaticAuth):
+        return [auth.headers]
+    if isinstance(auth, PrincipalHeadersAuth):
+        default = [auth.default] if isinstance(auth.default, dict) else []
+        return [*auth.principals.values(), *default, auth.connection]
+    return []
+
+
+def check_transport(auth: AnyAuth, transport: str) -> None:
     """Raise a ValueError that says why ``auth`` cannot work over ``transport``."""
     if auth.type == "static":
         if transport in ("stdio", "builtin"):
