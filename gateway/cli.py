@@ -83,6 +83,22 @@ def static_problems(config: Config) -> list[str]:
         )
     # Prefixed names always split back unambiguously: the model already refuses backend names that
     # contain the separator (see config.Config._separator_vs_names).
+    problems.extend(_assertion_key_problems(config))
+    return problems
+
+
+def _assertion_key_problems(config: Config) -> list[str]:
+    """Upstream auth (issue 17): a private_key_jwt key that cannot be read would stop the gateway at start."""
+    from gateway.upstreams.oauth_client import load_assertion_key
+
+    problems = []
+    for name, backend in config.backends.items():
+        assertion = getattr(backend.auth, "client_assertion", None)
+        if assertion is not None:
+            try:
+                load_assertion_key(assertion)
+            except ValueError as exc:
+                problems.append(f"backends.{name}.auth.{exc}")
     return problems
 
 

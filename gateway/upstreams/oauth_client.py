@@ -77,7 +77,7 @@ class TokenClient:
     def __init__(self, config: ClientCredentialsAuth | TokenExchangeAuth, fetcher: Fetch = fetch) -> None:
         self._config = config
         self._fetch = fetcher
-        self._key: Any = _load_key(config.client_assertion) if config.client_assertion is not None else None
+        self._key: Any = load_assertion_key(config.client_assertion) if config.client_assertion is not None else None
 
     @property
     def endpoint(self) -> str:
@@ -183,11 +183,13 @@ class TokenClient:
         return IssuedToken({"Authorization": f"Bearer {token}"}, now + lifetime)
 
 
-def _load_key(assertion: ClientAssertion) -> Any:
+def load_assertion_key(assertion: ClientAssertion) -> Any:
     """The private key of private_key_jwt, read once at startup (a missing/bad file fails the start clearly)."""
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
     try:
-        return load_pem_private_key(Path(assertion.private_key_file).read_bytes(), password=None)
-    except (OSError, ValueError, TypeError) as exc:
+        key: Any = load_pem_private_key(Path(assertion.private_key_file).read_bytes(), password=None)
+        jwt.encode({}, key, algorithm=assertion.alg)  # a key of another kind than alg says is refused here
+        return key
+    except (OSError, ValueError, TypeError, jwt.PyJWTError) as exc:
         raise ValueError(f"client_assertion.private_key_file {assertion.private_key_file!r}: {exc}") from None

@@ -122,3 +122,31 @@ def test_the_admin_view_hides_every_upstream_credential() -> None:
         assert secret not in text
     assert shown["backends"]["x"]["auth"]["audience"] == "aud-x", "what is no secret stays readable"
     assert shown["backends"]["p"]["auth"]["principals"] == {"alice": {"X-Api-Key": "***"}}
+
+
+def test_the_shipped_example_checks(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.support import PROJECT_ROOT
+
+    assert cli_main(["check", "-c", str(PROJECT_ROOT / "deploy/examples/calling-backends-as-the-user.yaml")]) == 0
+    assert "ok (3 backend(s)" in capsys.readouterr().out
+
+
+def test_check_reads_the_private_key_jwt_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    pem = tmp_path / "k.pem"
+    pem.write_bytes(
+        ec.generate_private_key(ec.SECP256R1()).private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    keyed = {**EXCHANGE, "type": "client_credentials", "client_secret": None}
+    good = backend(auth={**keyed, "client_assertion": {"private_key_file": str(pem), "alg": "ES256"}})
+    assert check(tmp_path, capsys, {"b": good})[0] == 0
+    wrong_alg = backend(auth={**keyed, "client_assertion": {"private_key_file": str(pem), "alg": "RS256"}})
+    code, output = check(tmp_path, capsys, {"b": wrong_alg})
+    assert code == 1 and "backends.b.auth.client_assertion.private_key_file" in output
+    missing = backend(auth={**keyed, "client_assertion": {"private_key_file": str(tmp_path / "none.pem")}})
+    code, output = check(tmp_path, capsys, {"b": missing})
+    assert code == 1 and "none.pem" in output and "No such file" in output
