@@ -14,7 +14,10 @@ A ``tools/call`` that involves MCPC (a backend that speaks it, or an MCPC client
 and settled by gateway/mcpc/calls.py: held until its task ends, answered with ``created`` and
 callbacks, or run by the gateway as a task. Every call is timed (``mcp.client.operation.duration``);
 with tracing on it is a CLIENT span whose W3C context goes to the backend in ``params._meta`` (and
-in the HTTP headers of an HTTP backend's request), gateway/telemetry/.
+in the HTTP headers of an HTTP backend's request), gateway/telemetry/. A call to a backend whose credential
+is dynamic (``backends.NAME.auth``, issue 17) first gets its credential (gateway/upstreams/credentials.py: the
+caller's exchanged token, the gateway's own, or the caller's configured headers), bound to that call's
+requests only; when it cannot be had the call fails with -32096, never with a shared credential.
 """
 
 from __future__ import annotations

@@ -15,6 +15,11 @@ gateway/upstreams/http.py); its deadline is one entry in a shared time slice
 its HTTP stream, exactly as cancelling a task blocked in ``send`` does on the other carriers (and
 on HTTP when no connection is idle), which wait under an ``asyncio.timeout``. Either way the
 caller sees the same answers and errors.
+
+Credentials (issue 17): for a backend whose ``auth`` is dynamic, each request carries its own credential
+headers (``Pending.headers``): a caller's request the credential bound for its call
+(gateway/upstreams/credentials.py), the gateway's own requests (no owner: handshake, lists) the gateway's
+identity toward the backend.
 """
 
 from __future__ import annotations

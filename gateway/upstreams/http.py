@@ -18,6 +18,11 @@ resumed as :meth:`HttpCarrier._resume` does), with no task, coroutine or ``Respo
 kept-alive connection found closed before any byte of the answer is retried once, afresh, as
 :meth:`ConnectionPool.request` retries. Otherwise (``initialize``, no idle connection) the request
 goes the awaited way, :meth:`HttpCarrier.send`.
+
+Credentials (issue 17): a request's own headers carry its credential; the gateway's identity toward the backend
+(``identity``) goes on the requests that belong to no call (GET stream, notifications, DELETE). A caller's call
+to a backend that keeps legacy sessions goes in a session of that caller's (gateway/upstreams/user_sessions.py),
+the awaited way.
 """
 
 from __future__ import annotations
