@@ -117,6 +117,17 @@ def gateway(
                     "connection": {"X-Api-Key": "gateway-key"},
                 },
             },
+            "ccdead": {  # the gateway's own token cannot be had: it does not even connect
+                "transport": "http",
+                "url": backend.url("/ccdead"),
+                "auth": {
+                    "type": "client_credentials",
+                    "token_endpoint": f"http://127.0.0.1:{free_port()}/token",
+                    "client_id": "gw",
+                    "client_secret": "x",
+                    "timeout_s": 2,
+                },
+            },
             "dead": {  # its authorization server is not there
                 "transport": "http",
                 "url": backend.url("/dead"),
@@ -410,3 +421,14 @@ def test_a_modern_client_is_exchanged_per_request(gateway: RunningGateway, oauth
             seen = json.loads(answer["result"]["content"][0]["text"])
             assert bearer_claims(oauth, seen["authorization"])["sub"] == "grace"
     assert exchanges_for(oauth, grace) == 1
+
+
+def test_without_its_own_token_the_gateway_does_not_connect(gateway: RunningGateway, backend: AuthBackend) -> None:
+    deadline = time.monotonic() + 10
+    while True:  # the first connect attempt ends quickly (nothing listens there); bounded wait all the same
+        state = httpx.get(f"{gateway.url}/readyz", timeout=5).json()["backends"]["ccdead"]
+        if state["error"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert state["state"] != "ready" and "client_credentials token" in state["error"]
+    assert not [s for s in backend.seen if s.path == "/ccdead"], "nothing went to the backend without a credential"
