@@ -321,6 +321,8 @@ _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#@]*@")
 _QUERY_PAIR = re.compile(r"([?&;])([^=&;#]*)=([^&;#]*)")
 # Maps whose every value is a credential, whatever its key: a backend's headers and environment.
 _SECRET_MAPS = frozenset({("backends", "*", "headers"), ("backends", "*", "env")})
+# Header maps of a backend's upstream auth (issue 17: static headers, per-principal and connection headers).
+_AUTH_HEADER_MAPS = frozenset({"headers", "principals", "default", "connection"})
 
 
 def redacted(value: Any, path: tuple[str, ...] = ()) -> Any:
@@ -332,6 +334,8 @@ def redacted(value: Any, path: tuple[str, ...] = ()) -> Any:
     if isinstance(value, dict):
         wildcard = (*path[:1], "*", *path[2:]) if len(path) == 3 else path
         every = wildcard in _SECRET_MAPS
+        if wildcard == ("backends", "*", "auth"):
+            value = {k: _hidden(v) if k in _AUTH_HEADER_MAPS and isinstance(v, dict) else v for k, v in value.items()}
         return {
             key: _hidden(item) if every or _SECRET_NAME.search(str(key)) else redacted(item, (*path, str(key)))
             for key, item in value.items()

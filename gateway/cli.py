@@ -87,6 +87,22 @@ def static_problems(config: Config) -> list[str]:
     from gateway.upstreams.egress import egress_problems
 
     problems.extend(egress_problems(config.egress, config.backends)[0])  # proxies, TLS files (issue 17)
+    problems.extend(_assertion_key_problems(config))
+    return problems
+
+
+def _assertion_key_problems(config: Config) -> list[str]:
+    """Upstream auth (issue 17): a private_key_jwt key that cannot be read would stop the gateway at start."""
+    from gateway.upstreams.oauth_client import load_assertion_key
+
+    problems = []
+    for name, backend in config.backends.items():
+        assertion = getattr(backend.auth, "client_assertion", None)
+        if assertion is not None:
+            try:
+                load_assertion_key(assertion)
+            except ValueError as exc:
+                problems.append(f"backends.{name}.auth.{exc}")
     return problems
 
 

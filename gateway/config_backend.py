@@ -12,6 +12,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from gateway.config_base import StrictModel as _Model
 from gateway.config_egress import PROXY_DESCRIPTION, Tls, proxy_setting
+from gateway.config_upstream_auth import UpstreamAuth, check_backend_auth
 
 _URL_SCHEMES = {"http": ("http://", "https://"), "sse": ("http://", "https://"), "ws": ("ws://", "wss://")}
 
@@ -85,6 +86,20 @@ class Backend(_Model):
     @classmethod
     def _proxy(cls, value: object) -> str | None:
         return proxy_setting(value)
+
+    # upstream auth (issue 17)
+    auth: UpstreamAuth | None = Field(
+        None,
+        description="How the gateway authenticates to this backend (gateway/config_upstream_auth.py): static | "
+        "client_credentials | token_exchange | principal_headers. `headers` still go with every request; with "
+        "`auth` they may not name a header auth sets (Authorization for the OAuth kinds).",
+    )
+
+    @model_validator(mode="after")
+    def _upstream_auth(self) -> Backend:
+        if self.auth is not None:
+            check_backend_auth(self.auth, self.transport, self.headers)
+        return self
 
     @field_validator("url")
     @classmethod

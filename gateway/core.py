@@ -43,6 +43,7 @@ from gateway.transports.http_common import Scope, header
 from gateway.upstreams import make_carrier
 from gateway.upstreams.affinity import EraAffinity, TwinEvents
 from gateway.upstreams.connection import BackendConnection
+from gateway.upstreams.credentials import UpstreamCredentials, note_presented
 from gateway.upstreams.egress import (
     BackendEgress,
     Defaults as EgressDefaults,
@@ -92,6 +93,8 @@ class Gateway:
         self.bus.on_health(lambda up, _problem: self.metrics.bus_up.set(1 if up else 0))
         self.metrics.watch_bus(self.bus.stats)
         self.audit = AuditLog(config.audit, self.metrics)
+        # Upstream credentials per backend (issue 17): token exchange, client credentials, per-principal headers.
+        self.upstream_auth = UpstreamCredentials(self.audit.record)
         # MGP §5: one access table for calls, lists and the mgp/access/* methods (gateway/mgp/access_methods.py).
         # Runtime grants and revocations go through the bus: every replica agrees (gateway/mgp/access_store.py).
         self.mgp_access_store = BusAccessStore(self.bus, lambda: self._tools_changed())
@@ -253,6 +256,7 @@ class Gateway:
                 mcpc=self.mcpc.calls,
                 metrics=self.metrics,
                 tracing=self.tracing,
+                upstream=self.upstream_auth,
             ),
             client_messages=self.client_messages,
             levels=levels,
@@ -313,16 +317,22 @@ class Gateway:
         egress = None
         if cfg.transport in ("http", "sse", "ws"):
             egress = self._egress[name] = backend_egress(name, cfg, self._egress_defaults)
+        # Upstream credentials (issue 17): a backend whose credential is dynamic gets it per request, which a
+        # legacy HTTP+SSE fallback (one stream for every user) could not carry: it has none.
+        provider = self.upstream_auth.provider_for(name, cfg)
+        identity = provider.identity if provider is not None else None
         return BackendConnection(
             name,
             cfg,
-            partial(make_carrier, name, cfg, limits, egress),
+            partial(make_carrier, name, cfg, limits, egress, identity),
             self._backend_events,
             self._client_info,
             sse_fallback=partial(make_carrier, name, cfg.model_copy(update={"transport": "sse"}), limits, egress)
-            if cfg.transport == "http"
+            if cfg.transport == "http" and provider is None
             else None,
             kernel=self.mgp.kernel,
+            identity=identity,
+            prepare=provider.prepare if provider is not None else None,
         )
 
     def _backend_lost(self, conn: BackendConnection, reason: str) -> None:
@@ -333,14 +343,18 @@ class Gateway:
         """A legacy-era connection to ``primary``'s backend, for its legacy clients (gateway/upstreams/affinity.py).
         MCPL is not offered on it: MCPL state is the primary's."""
         config = primary.config.model_copy(update={"era": "legacy"})
+        provider = self.upstream_auth.provider_for(primary.name, primary.config)  # the primary's (issue 17)
+        identity = provider.identity if provider is not None else None
         return BackendConnection(
             primary.name,
             config,
-            partial(make_carrier, primary.name, config, self.config.limits, self._egress.get(primary.name)),
+            partial(make_carrier, primary.name, config, self.config.limits, self._egress.get(primary.name), identity),
             self._twin_events,
             self._client_info,
             offer_mcpl=False,
             kernel=self.mgp.kernel,
+            identity=identity,
+            prepare=provider.prepare if provider is not None else None,
         )
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -366,6 +380,7 @@ class Gateway:
         await self.sessions.stop()
         await asyncio.gather(*(conn.close() for conn in self.connections.values()), return_exceptions=True)
         await self.affinity.close()
+        await self.upstream_auth.close()
         await self.audit.close()
         await self.mgp_access_store.stop()
         await self.bus.close()
@@ -398,11 +413,18 @@ class Gateway:
         """Who is calling (raises AuthError). Every front door asks here, on every request.
 
         The token is the Authorization header's, unless a door found it elsewhere (MCPx ``?token=``).
+        It is noted, in memory, for this request's calls to token-exchange backends (issue 17).
         """
         if self.tracing is not None:  # the request's W3C trace context, for its server spans
             self.tracing.note_http(header(scope, b"traceparent"), header(scope, b"tracestate"))
         if token is None:
             token = bearer_token(header(scope, b"authorization"))
+        credentials = self._authenticate(token)
+        if self.upstream_auth.exchanges:  # only a token-exchange backend needs it (no cost otherwise)
+            note_presented(token, credentials.kind, credentials.expires)
+        return credentials
+
+    def _authenticate(self, token: str | None) -> Credentials:
         if token is not None and token.count(".") == 2:
             cached = self._jwt_cache.get(token)
             if cached is not None and (cached.expires is None or cached.expires > time.time()):

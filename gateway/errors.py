@@ -64,6 +64,9 @@ NAME_NOT_ROUTABLE = -32092
 CAPABILITY_DENIED = -32093  # any policy's "no" that has no code of its own (capabilities, scopes)
 SESSION_OVERLOADED = -32094
 PAYLOAD_TOO_LARGE = -32095
+# No credential for a call to a backend (token exchange refused, authorization server down, no entry for the
+# principal): gateway/upstreams/credentials.py; never replaced by a shared credential (issue 17).
+UPSTREAM_CREDENTIAL = -32096
 TOOL_PINNED = -32097
 
 # ---- MCPx v0.1 system/error codes (strings; the reference gateway's names) --------------------
@@ -176,6 +179,7 @@ _MGP_EQUIVALENT: dict[int, MgpCode] = {
     BACKEND_TIMEOUT: MgpCode.UPSTREAM_TIMEOUT,
     CAPABILITY_DENIED: MgpCode.PERMISSION_DENIED,
     TOOL_PINNED: MgpCode.TOOL_DISABLED,
+    UPSTREAM_CREDENTIAL: MgpCode.UPSTREAM_ERROR,
 }
 
 

@@ -14,7 +14,10 @@ A ``tools/call`` that involves MCPC (a backend that speaks it, or an MCPC client
 and settled by gateway/mcpc/calls.py: held until its task ends, answered with ``created`` and
 callbacks, or run by the gateway as a task. Every call is timed (``mcp.client.operation.duration``);
 with tracing on it is a CLIENT span whose W3C context goes to the backend in ``params._meta`` (and
-in the HTTP headers of an HTTP backend's request), gateway/telemetry/.
+in the HTTP headers of an HTTP backend's request), gateway/telemetry/. A call to a backend whose credential
+is dynamic (``backends.NAME.auth``, issue 17) first gets its credential (gateway/upstreams/credentials.py: the
+caller's exchanged token, the gateway's own, or the caller's configured headers), bound to that call's
+requests only; when it cannot be had the call fails with -32096, never with a shared credential.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
     from gateway.telemetry.observe import ClientSpan, Tracing
     from gateway.upstreams.affinity import EraAffinity
     from gateway.upstreams.connection import BackendConnection
+    from gateway.upstreams.credentials import UpstreamCredentials
     from policies.load import LoadPolicy
 
 
@@ -104,8 +108,11 @@ class Forwarder:
         mcpc: McpcCalls | None = None,
         metrics: Metrics | None = None,
         tracing: Tracing | None = None,
+        upstream: UpstreamCredentials | None = None,
     ) -> None:
         self._connections = connections
+        # Per-call credentials toward backends whose auth is dynamic (gateway/upstreams/credentials.py).
+        self._upstream = upstream
         self._load = load
         self._eras = eras
         self._affinity = affinity
@@ -114,7 +121,16 @@ class Forwarder:
         self._metrics = metrics  # mcp.client.operation.duration
         self._tracing = tracing  # a CLIENT span per call, its context in _meta and HTTP headers (or None)
 
-    async def forward(self, call: Call, backend: str, params: dict[str, Any] | None) -> Routed:
+    async def forward(self, call: Call, backend: str, params: dict[str, Any] | None, bound: bool = False) -> Routed:
+        upstream = self._upstream
+        if not bound and upstream is not None and backend in upstream:
+            # The call's credential toward this backend (may exchange the caller's token; a failure is the
+            # caller's clear error, never a shared credential), bound to this call's requests only.
+            token = await upstream.bind(backend, call.principal.name)
+            try:
+                return await self.forward(call, backend, params, True)
+            finally:
+                upstream.unbind(token)
         session, event = call.session, call.event
         conn = self._connections[backend]
         if conn.state != "ready" and not (

@@ -15,6 +15,11 @@ gateway/upstreams/http.py); its deadline is one entry in a shared time slice
 its HTTP stream, exactly as cancelling a task blocked in ``send`` does on the other carriers (and
 on HTTP when no connection is idle), which wait under an ``asyncio.timeout``. Either way the
 caller sees the same answers and errors.
+
+Credentials (issue 17): for a backend whose ``auth`` is dynamic, each request carries its own credential
+headers (``Pending.headers``): a caller's request the credential bound for its call
+(gateway/upstreams/credentials.py), the gateway's own requests (no owner: handshake, lists) the gateway's
+identity toward the backend.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, Protocol
 
 from adapters import mcp_modern, mcpl
@@ -32,12 +37,14 @@ from adapters.mgp import names as mgp_names
 from gateway import jsonrpc
 from gateway.config import Backend as BackendConfig
 from gateway.upstreams.base import Carrier, CarrierClosed
+from gateway.upstreams.credentials import call_headers
 from gateway.upstreams.deadlines import Deadlines
 from gateway.upstreams.handshake import GATEWAY_CLIENT_CAPABILITIES, BackendKernel, Era, Handshake
 from gateway.upstreams.listen import ListenOwner, ListenStream
 from gateway.upstreams.pending import EXPIRED, MISSING, Abortable, Pending as Pending, PendingTable
 from gateway.upstreams.restarts import RestartBudget
 from gateway.upstreams.supervisor import supervise
+from gateway.upstreams.user_sessions import CallHeaders
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +103,14 @@ class BackendConnection:
         sse_fallback: Callable[[], Carrier] | None = None,
         offer_mcpl: bool = True,
         kernel: BackendKernel | None = None,
+        identity: Callable[[], Mapping[str, str] | None] | None = None,
+        prepare: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.name = name
+        # Upstream credentials (gateway/upstreams/credentials.py), for a backend whose auth is not static:
+        # ``identity`` gives the headers of the gateway's own requests, ``prepare`` runs before each connect.
+        self._identity = identity
+        self._prepare = prepare
         self.config = config
         self._factory = carrier_factory
         self._sse_fallback = sse_fallback
@@ -262,6 +275,11 @@ class BackendConnection:
         if params is not None:
             message["params"] = params
         pending = Pending(upstream_id, message, asyncio.get_running_loop().create_future(), owner, client_token)
+        if self._identity is not None:
+            # A caller's request carries the credential bound for its call (the forwarder's); the gateway's own
+            # requests (no owner: handshake, lists) carry the gateway's identity toward this backend.
+            bound = call_headers(self.name) if owner is not None else None
+            pending.headers = bound if bound is not None else self._identity()
         self._pending.add(pending)
         return pending
 
@@ -282,6 +300,8 @@ class BackendConnection:
         try:
             modern_http = self.era == "modern" and self.config.transport == "http"  # _modern_http, inline
             headers = routing_headers(pending.message, self.tool_schemas) if modern_http else None
+            if pending.headers:
+                headers = _with_credential(headers, pending.headers)
             exchange = start(pending.message, headers)
         except CarrierClosed as exc:
             self._pending.drop(pending)
@@ -318,6 +338,8 @@ class BackendConnection:
                 pending.task = asyncio.current_task()
                 try:
                     headers = routing_headers(pending.message, self.tool_schemas) if self._modern_http else None
+                    if pending.headers:
+                        headers = _with_credential(headers, pending.headers)
                     await carrier.send(pending.message, headers)
                 except asyncio.CancelledError:
                     if not pending.interrupted:
@@ -449,3 +471,11 @@ def routing_headers(message: dict[str, Any], tool_schemas: dict[str, Any]) -> di
     headers = mcp_modern.request_headers(method, params, schema)
     headers["MCP-Protocol-Version"] = mcp_modern.LATEST_MODERN
     return headers
+
+
+def _with_credential(headers: dict[str, str] | None, credential: Mapping[str, str]) -> dict[str, str]:
+    """A request's headers with its credential; a caller's credential keeps its ``session_key`` (the
+    carrier keeps a legacy session per caller, gateway/upstreams/user_sessions.py)."""
+    key = getattr(credential, "session_key", None)
+    merged = {**headers, **credential} if headers else credential
+    return CallHeaders(merged, key) if key is not None else dict(merged)

@@ -18,6 +18,11 @@ resumed as :meth:`HttpCarrier._resume` does), with no task, coroutine or ``Respo
 kept-alive connection found closed before any byte of the answer is retried once, afresh, as
 :meth:`ConnectionPool.request` retries. Otherwise (``initialize``, no idle connection) the request
 goes the awaited way, :meth:`HttpCarrier.send`.
+
+Credentials (issue 17): a request's own headers carry its credential; the gateway's identity toward the backend
+(``identity``) goes on the requests that belong to no call (GET stream, notifications, DELETE). A caller's call
+to a backend that keeps legacy sessions goes in a session of that caller's (gateway/upstreams/user_sessions.py),
+the awaited way.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -45,6 +50,7 @@ from gateway.upstreams.httpclient import (
     target_of,
 )
 from gateway.upstreams.quick import DRAIN_S, QuickExchange
+from gateway.upstreams.user_sessions import UserSessions, session_key
 
 __all__ = ["HttpCarrier", "QuickExchange"]
 
@@ -62,8 +68,12 @@ class HttpCarrier(Carrier):
         headers: dict[str, str],
         max_message_bytes: int,
         egress: BackendEgress | None = None,
+        identity: Callable[[], Mapping[str, str] | None] | None = None,
     ) -> None:
         self._name = name
+        # The gateway's own credential toward the backend, renewed meanwhile (gateway/upstreams/credentials.py):
+        # on the requests that name no call (GET stream, notifications, DELETE); a request's comes with it.
+        self._identity = identity
         self._url = url
         self._egress = egress  # proxy and TLS (issue 17); None: directly, the system's CAs
         self._base_headers = {
@@ -86,6 +96,10 @@ class HttpCarrier(Carrier):
         self._reason = "closed"
         self._get_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
+        # A caller's own session for calls made with the caller's credential (issue 17), when the backend
+        # keeps legacy sessions: gateway/upstreams/user_sessions.py.
+        self._users = UserSessions(name, lambda: self._pool, self._target, self._spawn, max_bytes=max_message_bytes)
+        self._init_params: dict[str, Any] = {}  # of the shared initialize, replayed for a caller's session
 
     def describe(self) -> str:
         return f"http:{self._url}"
@@ -95,12 +109,16 @@ class HttpCarrier(Carrier):
         self._pool = ConnectionPool(self._url, route=self._egress.route(self._url) if self._egress else None)
         self._drains = Deadlines(asyncio.get_running_loop())  # answered SSE streams still being read
 
-    def _headers(self) -> dict[str, str]:
+    def _headers(self, identity: bool = True) -> dict[str, str]:
+        """The headers of every request; ``identity``: with the gateway's own credential (not on a request's
+        POST, whose credential comes with the request)."""
         headers: dict[str, str] = dict(self._base_headers)
         if self._session_id:
             headers["mcp-session-id"] = self._session_id
         if self._protocol_version:
             headers["mcp-protocol-version"] = self._protocol_version
+        if identity and self._identity is not None:
+            headers.update(self._identity() or {})
         return headers
 
     def _header_block(self) -> bytes:
@@ -108,7 +126,7 @@ class HttpCarrier(Carrier):
         with them the start of every POST, ``_head``)."""
         key = (self._session_id, self._protocol_version)
         if self._block_key != key:
-            self._block = encode_headers(self._headers())
+            self._block = encode_headers(self._headers(identity=False))
             self._block_key = key
             assert self._pool is not None
             self._head = self._pool.head("POST", self._target, self._block)
@@ -158,8 +176,8 @@ class HttpCarrier(Carrier):
         pool = self._pool
         if pool is None or self._closed.is_set():
             raise CarrierClosed(self._reason)
-        if message.get("method") == "initialize":
-            return None
+        if message.get("method") == "initialize" or (self._session_id and session_key(headers) is not None):
+            return None  # a caller's call on a legacy session backend goes in the caller's session: send()
         trace = OUTGOING_HTTP.get()  # the CLIENT span's traceparent while tracing is on (gateway/telemetry/)
         if trace is not None:
             headers = {**headers, **trace} if headers else trace
@@ -197,14 +215,33 @@ class HttpCarrier(Carrier):
         except CarrierClosed as exc:
             self._fail(message["id"], jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} is unavailable: {exc}")
 
-    async def _exchange(self, message: dict[str, Any], body: bytes, headers: Mapping[str, str] | None) -> None:
+    async def _exchange(
+        self, message: dict[str, Any], body: bytes, headers: Mapping[str, str] | None, again: bool = False
+    ) -> None:
         assert self._pool and self._inbound
         rpc_id = message["id"]
+        given = headers
+        key = session_key(headers) if self._session_id and message.get("method") != "initialize" else None
         trace = OUTGOING_HTTP.get()  # the CLIENT span's traceparent while tracing is on (gateway/telemetry/)
         if trace is not None:
             headers = {**headers, **trace} if headers else trace
-        block = self._header_block() + encode_headers(headers) if headers else self._header_block()
+        if key is not None:
+            block = await self._caller_block(key, headers or {})
+        else:
+            block = self._header_block() + encode_headers(headers) if headers else self._header_block()
+            if message.get("method") == "initialize" and isinstance(message.get("params"), dict):
+                self._init_params = message["params"]
         response = await self._pool.request("POST", self._target, block, body)
+        if key is not None and response.status == 404:
+            # The backend ended (or never knew) the caller's session and did not process the request: it is
+            # sent once more, in a new session of the caller's.
+            response.release()
+            self._users.forget(key)
+            if not again:
+                await self._exchange(message, body, given, again=True)
+                return
+            self._fail(rpc_id, jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} ended the caller's session")
+            return
         if message.get("method") == "initialize":
             sid = response.headers.get("mcp-session-id")
             if sid:
@@ -219,6 +256,15 @@ class HttpCarrier(Carrier):
         finally:
             response.release()
         self._answer(message, status, data)
+
+    async def _caller_block(self, key: str, headers: Mapping[str, str]) -> bytes:
+        """The headers of a caller's request in the caller's own session (opened on first need)."""
+        base = self._headers(identity=False)
+        del base["mcp-session-id"]
+        sid = await self._users.session(key, base, headers, self._init_params)
+        if sid:
+            base["mcp-session-id"] = sid
+        return encode_headers({**base, **headers})
 
     def _answer(self, message: dict[str, Any], status: int, data: bytes) -> None:
         """A POST's answer that is no stream: its messages relayed, the response as the call's answer."""
@@ -433,6 +479,7 @@ class HttpCarrier(Carrier):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._get_task
         if self._pool is not None:
+            await self._users.close()
             if self._session_id and not self._closed.is_set():
                 with contextlib.suppress(Exception):
                     async with asyncio.timeout(2.0):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -45,6 +46,9 @@ class Pending:
     lost: str | None = None  # the connection went away before the answer: why
     # The exchange a carrier runs for it without a task of the caller's (cut short on cancel).
     exchange: Abortable | None = None
+    # Credential headers of this request only (gateway/upstreams/credentials.py): the caller's, or the
+    # gateway's own identity toward the backend; None for a backend whose credential is static.
+    headers: Mapping[str, str] | None = None
 
     def expire(self) -> None:
         """Its deadline passed (gateway/upstreams/deadlines.py): the wait ends with :data:`EXPIRED`."""

@@ -111,6 +111,8 @@ async def _connect_watched(conn: BackendConnection, carrier: Carrier) -> None:
 
 
 async def _connect(conn: BackendConnection, carrier: Carrier) -> None:
+    if conn._prepare is not None:  # the gateway's own credential first (gateway/upstreams/credentials.py)
+        await conn._prepare()
     await carrier.open(conn._inbound)
     agreed = await conn._handshake.run(conn, carrier)
     conn.era, conn.init_result = agreed.era, agreed.init_result
