@@ -74,6 +74,13 @@ class Backend(_Model):
         description="auto: after every connect, ask the backend the MCPC handshake under each version's name; "
         "off: never (its tools are ordinary, MCPC messages in its results still are read).",
     )
+    # protected-resource metadata (issue 17)
+    resource: str | None = Field(
+        None,
+        description="This backend's OAuth resource id (RFC 9728, RFC 8707), named in the metadata at "
+        "/.well-known/oauth-protected-resource/servers/NAME/mcp and accepted as a token audience on "
+        "/servers/NAME/... (default: the gateway's base + /servers/NAME/mcp).",
+    )
 
     @field_validator("url")
     @classmethod
