@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable
 from functools import partial
 from typing import Any
 
@@ -25,6 +26,7 @@ from gateway.mgp.access_store import BusAccessStore
 from gateway.mgp.assembly import assemble as assemble_mgp
 from gateway.mgp.lifecycle import Lifecycle
 from gateway.mrtr import Parking
+from gateway.protected_resource import bound_resource, configured_resources, server_of
 from gateway.reload_status import ReloadStatus
 from gateway.replicas.assembly import Replicas, replica_id
 from gateway.replicas.records import apply as apply_record, apply_mcpl, credentials_of, initialize_params
@@ -39,7 +41,7 @@ from gateway.runtime_backends import RuntimeBackends
 from gateway.sessions import ClientSession, SessionStore
 from gateway.telemetry import server_observer, tracing_from_config
 from gateway.telemetry.observe import audit_tap
-from gateway.transports.http_common import Scope, header
+from gateway.transports.http_common import Scope, header, query_token
 from gateway.upstreams import make_carrier
 from gateway.upstreams.affinity import EraAffinity, TwinEvents
 from gateway.upstreams.connection import BackendConnection
@@ -379,15 +381,32 @@ class Gateway:
         if token is None:
             token = bearer_token(header(scope, b"authorization"))
         if token is not None and token.count(".") == 2:
-            cached = self._jwt_cache.get(token)
-            if cached is not None and (cached.expires is None or cached.expires > time.time()):
-                return cached
-            credentials = self.authenticator.authenticate(token)
-            if len(self._jwt_cache) >= _JWT_CACHE:
-                self._jwt_cache.pop(next(iter(self._jwt_cache)))
-            self._jwt_cache[token] = credentials
-            return credentials
-        return self.authenticator.authenticate(token)
+            credentials = self._jwt_cache.get(token)
+            if credentials is None or (credentials.expires is not None and credentials.expires <= time.time()):
+                credentials = self.authenticator.identify(token)
+                if len(self._jwt_cache) >= _JWT_CACHE:
+                    self._jwt_cache.pop(next(iter(self._jwt_cache)))
+                self._jwt_cache[token] = credentials
+        else:
+            credentials = self.authenticator.identify(token)
+        if credentials.audience is not None:  # per request: a cached token may be presented to another resource
+            server = server_of(scope.get("path", ""), scope.get("root_path", ""))
+            resource = bound_resource(server, self.config.auth, configured_resources(self.config)) if server else None
+            self.authenticator.check_audience(credentials, resource)
+        return credentials
+
+    def auth_pending(self, scope: Scope) -> Awaitable[object] | None:
+        """What the entrance awaits before a door may ask :meth:`authenticate` (gateway/app.py): a JWKS
+        refresh or an introspection the request's token needs. None, at the cost of one check, when
+        the configuration needs no network for any token."""
+        if not self.authenticator.may_wait:
+            return None
+        token = bearer_token(header(scope, b"authorization"))
+        if token is None and scope.get("type") == "websocket":
+            token = query_token(scope)  # MCPx agents send ?token= (gateway/mcpx/door.py)
+        if token is None or token in self._jwt_cache:
+            return None
+        return self.authenticator.pending(token)
 
     def principal_of(self, credentials: Credentials) -> Principal:
         """The principal those credentials stand for now; one object per credentials, so that its

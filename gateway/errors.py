@@ -65,6 +65,7 @@ CAPABILITY_DENIED = -32093  # any policy's "no" that has no code of its own (cap
 SESSION_OVERLOADED = -32094
 PAYLOAD_TOO_LARGE = -32095
 TOOL_PINNED = -32097
+AUTH_UNAVAILABLE = -32099  # the authorization server cannot say whether a token is active (HTTP 503)
 
 # ---- MCPx v0.1 system/error codes (strings; the reference gateway's names) --------------------
 MCPX_INVALID_MESSAGE = "invalid_message"  # a frame that is not JSON

@@ -157,11 +157,12 @@ class Authenticator:
 
         An opaque token is decided from the introspection cache, which :meth:`pending` fills: a door
         that did not await it gets "not checked yet" (401)."""
-        credentials = self._credentials(token)
+        credentials = self.identify(token)
         self.check_audience(credentials, resource)
         return credentials
 
-    def _credentials(self, token: str | None) -> Credentials:
+    def identify(self, token: str | None) -> Credentials:
+        """Who presents ``token``, before any audience check (:meth:`check_audience`). Raises AuthError."""
         if token is None:
             if self.auth is None or self.auth.anonymous is not None:
                 return ANONYMOUS_CREDENTIALS
