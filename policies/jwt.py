@@ -181,11 +181,15 @@ class JwtVerifier:
         self.config = config
         self._fetch = fetch
         allowed = [a for a in (config.algorithms or ALGORITHMS) if a in ALGORITHMS]
-        self.hmac_algorithms = [a for a in allowed if a in HMAC_ALGORITHMS] if config.hs256_secret else []
-        self.asymmetric_algorithms = [a for a in allowed if a in ASYMMETRIC_ALGORITHMS]
         self._secret = config.hs256_secret.encode() if config.hs256_secret else b""
-        # A short secret is a warning, not a refusal: deployments with one keep working, and hear why not to.
-        self._short_secret = bool(self._secret) and len(self._secret) < _MIN_HMAC_BYTES["HS256"]
+        # RFC 7518 §3.2: an HMAC key at least as long as the hash. HS384/HS512 are accepted only with a
+        # secret that long; a short secret still serves HS256 (deployments with one keep working) and is
+        # warned about once, here.
+        self.hmac_algorithms = [
+            a for a in allowed if a in HMAC_ALGORITHMS and self._secret and (a == "HS256" or self._long_enough(a))
+        ]
+        self.asymmetric_algorithms = [a for a in allowed if a in ASYMMETRIC_ALGORITHMS]
+        self._short_secret = bool(self._secret) and not self._long_enough("HS256")
         if self._short_secret:
             log.warning("auth.jwt.hs256_secret is shorter than 32 bytes (RFC 7518 §3.2): use a longer random secret")
         self._pyjwt = _StrictJwt()
@@ -195,6 +199,9 @@ class JwtVerifier:
         self._fetching: asyncio.Task[bool] | None = None  # the refresh in progress, shared by every caller
         if config.jwks_file:
             self.load_jwks(json.loads(Path(config.jwks_file).read_text()))
+
+    def _long_enough(self, algorithm: str) -> bool:
+        return len(self._secret) >= _MIN_HMAC_BYTES[algorithm]
 
     # ---- keys --------------------------------------------------------------------------------
 
