@@ -336,6 +336,7 @@ async def _serve_stdio(config: Config, server: str | None, token: str | None, co
     from gateway.core import Gateway
     from gateway.transports import stdio
     from policies.auth import AuthError
+    from policies.introspection import IntrospectionUnavailable
 
     gateway = Gateway(config)
     view = gateway.single.get(server) if server else gateway.federated
@@ -343,9 +344,12 @@ async def _serve_stdio(config: Config, server: str | None, token: str | None, co
         print(f"error: no backend named {server!r}", file=sys.stderr)
         return 2
     try:
-        credentials = gateway.authenticator.authenticate(token)
+        credentials = await gateway.authenticator.authenticate_async(token)  # a JWKS or introspection first
     except AuthError as exc:
         print(f"error: {exc.reason} (give a token with --token or SWITCHBOARD_TOKEN)", file=sys.stderr)
+        return 1
+    except IntrospectionUnavailable as exc:
+        print(f"error: {exc.reason}; try again later", file=sys.stderr)
         return 1
     reader, send, feeder = await stdio.open_std_streams()
     await gateway.start()
