@@ -173,3 +173,20 @@ def test_an_authorization_server_that_cannot_answer_is_a_503(gateway: RunningGat
     assert "www-authenticate" not in response.headers, "not a 401: the client need not re-authenticate"
     assert post(gateway.mcp, token).status_code == 200, "the failure was not cached"
     assert "Traceback" not in gateway.log() and token not in gateway.log()
+
+
+def test_websockets_wait_for_introspection_too(gateway: RunningGateway, oauth: OAuthServer) -> None:
+    token = oauth.issue_opaque({"sub": "dave"})
+    with connect(gateway.ws(), subprotocols=["mcp"], additional_headers={"authorization": f"Bearer {token}"}):  # type: ignore[list-item]
+        pass
+    other = oauth.issue_opaque({"sub": "erin"})
+    oauth.fail("status", status=503, paths=("/introspect",))
+    try:
+        with (
+            pytest.raises(InvalidStatus),
+            connect(gateway.ws(), subprotocols=["mcp"], additional_headers={"authorization": f"Bearer {other}"}),  # type: ignore[list-item]
+        ):
+            pass
+    finally:
+        oauth.fail(None)
+    assert oauth.hits("/introspect") >= 2

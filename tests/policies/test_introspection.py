@@ -172,3 +172,11 @@ def test_client_secret_basic_form_encodes_before_base64() -> None:
     header = basic_credentials("id:1", "s p/é")
     user, _, password = base64.b64decode(header.removeprefix("Basic ")).decode().partition(":")
     assert (unquote(user), unquote(password)) == ("id:1", "s p/é")
+
+
+def test_the_client_secret_is_redacted_from_the_admin_config() -> None:
+    from gateway.admin import redacted
+
+    config = Auth(introspection=Introspection(endpoint="https://as.example/i", client_id="gw", client_secret="s3"))
+    shown = redacted(config.model_dump(mode="json"))
+    assert shown["introspection"]["client_secret"] == "***" and "s3" not in str(shown)
