@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway import __version__
 from gateway.config import Config, ConfigError, default_config, load_config
+from gateway.config_auth import auth_warnings
 from gateway.config_schema import schema_text
 from gateway.reload_status import config_changes, describe_issues
 
@@ -105,7 +106,7 @@ def config_warnings(config: Config) -> list[str]:
         for field in sorted(backend.model_fields_set & set(_TRANSPORT_FIELDS)):
             if backend.transport not in _TRANSPORT_FIELDS[field]:
                 warnings.append(f"backends.{name}.{field} is ignored for transport {backend.transport!r}")
-    return warnings
+    return warnings + auth_warnings(config.auth)
 
 
 def _seconds(text: str) -> float:

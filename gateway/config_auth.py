@@ -168,3 +168,33 @@ class PrincipalConfig(_Model):
     tokens: list[str] = Field(default_factory=list, description="Static bearer tokens (compared in constant time).")
     capabilities: list[str] = Field(default_factory=list, description="MCPx-style capability patterns.")
     mcpl: PrincipalMcpl = Field(default_factory=PrincipalMcpl, description="MCPL feature sets and scopes allowed.")
+
+
+def _plain_http(url: str) -> bool:
+    """An http:// URL to a host other than loopback (tokens, secrets or keys would cross the network in clear)."""
+    if not url.startswith("http://"):
+        return False
+    host = url[len("http://") :].split("/", 1)[0].rpartition("@")[2]
+    host = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    return host.strip("[]") not in ("127.0.0.1", "::1", "localhost")
+
+
+def auth_warnings(auth: Auth | None) -> list[str]:
+    """What `switchboard check` warns about in the auth section: valid, but weaker than it looks."""
+    if auth is None:
+        return []
+    warnings = []
+    jwt, introspection = auth.jwt, auth.introspection
+    if jwt is not None:
+        if jwt.hs256_secret and len(jwt.hs256_secret.encode()) < 32:
+            warnings.append("auth.jwt.hs256_secret is shorter than 32 bytes (RFC 7518 §3.2); HS384/HS512 are off")
+        if jwt.audience is None:
+            warnings.append("auth.jwt.audience is not set: JWTs issued for any other service are accepted")
+        if jwt.jwks_url and _plain_http(jwt.jwks_url):
+            warnings.append("auth.jwt.jwks_url is plain http: whoever is on the path can substitute the keys")
+    if introspection is not None:
+        if introspection.audience is None:
+            warnings.append("auth.introspection.audience is not set: tokens issued for any other service are accepted")
+        if _plain_http(introspection.endpoint):
+            warnings.append("auth.introspection.endpoint is plain http: tokens and the client secret cross in clear")
+    return warnings

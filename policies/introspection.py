@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 MAX_TOKEN_BYTES = 8192
 MAX_CONCURRENT = 32
 _B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750 §2.1
+_KEPT = ("sub", "username", "capabilities", "topic", "exp", "aud")  # what policies/auth.py reads
 
 
 class IntrospectionUnavailable(Exception):
@@ -112,7 +113,11 @@ class Introspector:
         key = token_key(token)
         task = self._inflight.get(key)
         if task is None:
-            task = asyncio.get_running_loop().create_task(self._introspect(key, token))
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # a synchronous caller: authenticate() then says "not checked yet"
+                return None
+            task = loop.create_task(self._introspect(key, token))
             self._inflight[key] = task
             task.add_done_callback(lambda _t: self._inflight.pop(key, None))
         return asyncio.shield(task)  # one caller giving up does not cancel the others' exchange
@@ -187,7 +192,9 @@ class Introspector:
         if self.config.issuer is not None and document.get("iss") != self.config.issuer:
             return _Answer(None, "token issuer is not accepted", inactive)
         lifetime = self.config.cache_s if exp is None else min(self.config.cache_s, exp - wall)
-        return _Answer(document, "", now + lifetime)
+        # Only what a decision reads is kept: an answer may be up to 64 KiB, the cache holds thousands.
+        kept = {k: document[k] for k in (self.config.principal_claim, *_KEPT) if k in document}
+        return _Answer(kept, "", now + lifetime)
 
     def _remember(self, key: bytes, answer: _Answer) -> None:
         self._answers.pop(key, None)

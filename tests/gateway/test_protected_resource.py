@@ -65,3 +65,21 @@ def test_no_path_can_inject_into_the_challenge(path: str) -> None:
     assert "\r" not in challenge and "\n" not in challenge
     name = server_of("/servers/" + path)
     assert name is None or re.fullmatch(r"[a-z0-9-]{1,63}", name)
+
+
+def test_check_warns_about_weak_auth_settings() -> None:
+    from gateway.config import Introspection, Jwt
+    from gateway.config_auth import auth_warnings
+
+    weak = Auth(
+        jwt=Jwt(hs256_secret="short", jwks_url="http://idp.example/jwks"),
+        introspection=Introspection(endpoint="http://as.example/i", client_id="a", client_secret="b"),
+    )
+    text = "\n".join(auth_warnings(weak))
+    for expected in ("shorter than 32 bytes", "jwt.audience is not set", "jwks_url is plain http", "endpoint is plain"):
+        assert expected in text
+    strong = Auth(
+        jwt=Jwt(jwks_url="https://idp.example/jwks", audience="gw"),
+        introspection=Introspection(endpoint="http://127.0.0.1:9/i", client_id="a", client_secret="b", audience="gw"),
+    )
+    assert auth_warnings(strong) == [] and auth_warnings(None) == []
