@@ -87,11 +87,15 @@ class Introspection(_Model):
     client_id: str = Field(description="This gateway's client id at the authorization server (client_secret_basic).")
     client_secret: str = Field(description="This gateway's client secret at the authorization server.")
     cache_s: float = Field(
-        60.0, ge=0, le=3600, description="How long an active answer is reused (never past the token's 'exp')."
+        60.0,
+        ge=1,
+        le=3600,
+        description="How long an active answer is reused (never past the token's 'exp'); a token revoked at the "
+        "server stays usable here this long. At least 1 s: the door reads the answer the entrance fetched.",
     )
     negative_cache_s: float = Field(
         10.0,
-        ge=0,
+        ge=1,
         le=600,
         description="How long an inactive answer is reused, so a flood of bad tokens does not flood the server.",
     )

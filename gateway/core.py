@@ -384,9 +384,10 @@ class Gateway:
             credentials = self._jwt_cache.get(token)
             if credentials is None or (credentials.expires is not None and credentials.expires <= time.time()):
                 credentials = self.authenticator.identify(token)
-                if len(self._jwt_cache) >= _JWT_CACHE:
-                    self._jwt_cache.pop(next(iter(self._jwt_cache)))
-                self._jwt_cache[token] = credentials
+                if credentials.kind == "jwt":  # an introspected one lives by its own cache (cache_s: revocation)
+                    if len(self._jwt_cache) >= _JWT_CACHE:
+                        self._jwt_cache.pop(next(iter(self._jwt_cache)))
+                    self._jwt_cache[token] = credentials
         else:
             credentials = self.authenticator.identify(token)
         if credentials.audience is not None:  # per request: a cached token may be presented to another resource

@@ -94,13 +94,15 @@ class Introspector:
         if len(token) > MAX_TOKEN_BYTES or not _B64TOKEN.fullmatch(token):
             raise TokenError("malformed token")
         answer = self._answers.get(token_key(token))
-        if answer is None or answer.until <= time.monotonic():
+        if answer is None:
+            return None
+        exp = answer.claims.get("exp") if answer.claims is not None else None
+        if exp is not None and exp <= time.time():
+            raise TokenError("token expired")  # whatever the cache says: no answer outlives its token
+        if answer.until <= time.monotonic():
             return None
         if answer.claims is None:
             raise TokenError(answer.reason)
-        exp = answer.claims.get("exp")
-        if exp is not None and exp <= time.time():
-            raise TokenError("token expired")
         return answer.claims
 
     def pending(self, token: str) -> Awaitable[None] | None:
