@@ -78,6 +78,12 @@ class Jwt(_Model):
         "issuer one fetch per interval.",
     )
     jwks_timeout_s: float = Field(10.0, gt=0, le=60, description="Longest one JWKS fetch may take.")
+    require_typ: str | None = Field(
+        None,
+        description="Required 'typ' header, when set (explicit typing, RFC 8725 §3.11), e.g. 'at+jwt' for "
+        "RFC 9068 access tokens, so an ID token or another JWT of the same issuer is not taken for one. Compared "
+        "case-insensitively, with or without the 'application/' prefix.",
+    )
 
 
 class Introspection(_Model):

@@ -14,10 +14,11 @@ and the shape of what PyJWT is given. Invariants (issue 10, holes 6 and 7; issue
 - Header and claims are JSON objects parsed by orjson: nesting is bounded (an error rather than a
   ``RecursionError``) and ``NaN``/``Infinity`` are refused, so ``exp: Infinity`` cannot mint an
   immortal token (PyJWT's own ``json.loads`` would accept them, hence :class:`_StrictJwt`).
-- Header members have the types RFC 7515 §4.1 gives them (``alg``, ``kid``, ``typ`` strings); a
-  ``crit`` header is refused, since this verifier understands no extension (§4.1.11), and so is
-  ``b64`` (RFC 7797). Keys are never taken from the token (``jwk``, ``jku``, ``x5u``, ``x5c`` are
-  ignored): only the configured secret and the configured JWKS vouch for a token.
+- Header members have the types RFC 7515 §4.1 gives them (``alg``, ``kid``, ``typ`` strings), and
+  ``typ`` is the configured one when ``require_typ`` is set (RFC 8725 §3.11); a ``crit`` header is
+  refused, since this verifier understands no extension (§4.1.11), and so is ``b64`` (RFC 7797).
+  Keys are never taken from the token (``jwk``, ``jku``, ``x5u``, ``x5c`` are ignored): only the
+  configured secret and the configured JWKS vouch for a token.
 - ``alg: none`` is never accepted, whatever ``algorithms`` says (RFC 8725 §3.1). The algorithms
   PyJWT may use are derived from the key, never from the token (RFC 8725 §2.1): HS* only with the
   configured ``hs256_secret`` (RFC 7518 §3.2), asymmetric ones only with a JWKS key of the matching
@@ -122,6 +123,14 @@ def _optional(mapping: dict[str, Any], key: str, types: type | tuple[type, ...],
     if isinstance(value, float) and not math.isfinite(value):
         raise TokenError(f"malformed token: {what} {key!r} has the wrong type")
     return value
+
+
+def _media_type(typ: str | None) -> str | None:
+    """A ``typ`` as RFC 7515 §4.1.9 compares it: case-insensitive, ``application/`` implied."""
+    if typ is None:
+        return None
+    lowered = typ.lower()
+    return lowered[len("application/") :] if lowered.startswith("application/") else lowered
 
 
 def typed_claims(claims: dict[str, Any]) -> None:
@@ -310,7 +319,9 @@ class JwtVerifier:
         if not isinstance(header.get("alg"), str):
             raise TokenError("token algorithm is not accepted")
         _optional(header, "kid", str, "header")
-        _optional(header, "typ", str, "header")
+        typ = _optional(header, "typ", str, "header")
+        if self.config.require_typ is not None and _media_type(typ) != _media_type(self.config.require_typ):
+            raise TokenError("token type is not accepted")
         if "crit" in header or "b64" in header:
             raise TokenError("token names critical header extensions this gateway does not understand")
         return header

@@ -262,3 +262,23 @@ def test_a_short_hmac_secret_still_works_and_is_warned_about(caplog: pytest.LogC
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # PyJWT's per-token warning is not raised
         assert short.verify(token)["sub"] == "alice"
+
+
+def test_explicit_typing_when_required() -> None:
+    typed = verifier(require_typ="at+jwt")
+    for typ in ("at+jwt", "AT+JWT", "application/at+jwt"):
+        assert typed.verify(sign("ES256", claims(), typ=typ))["sub"] == "alice", typ
+    assert refused(typed, sign("ES256", claims(), typ="JWT")) == "token type is not accepted"
+    assert refused(typed, pyjwt.encode(claims(), P256, "ES256", {"kid": "p256", "typ": None})) == (
+        "token type is not accepted"
+    )
+    assert verifier().verify(sign("ES256", claims(), typ="JWT"))["sub"] == "alice", "not required by default"
+
+
+def test_hs384_and_hs512_need_a_secret_as_long_as_their_hash() -> None:
+    short = JwtVerifier(Jwt(hs256_secret="x" * 40))
+    assert short.hmac_algorithms == ["HS256"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        token = pyjwt.encode(claims(), "x" * 40, algorithm="HS384")
+    assert refused(short, token) == "token algorithm is not accepted"
