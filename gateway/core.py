@@ -117,7 +117,7 @@ class Gateway:
             ]
         )
         self.principals = PrincipalRegistry(config.principals)
-        self.authenticator = Authenticator(config.auth, self.principals)
+        self.authenticator = Authenticator(config.auth, self.principals, observe=self._auth_exchange)
         self._jwt_cache: dict[str, Credentials] = {}
         self._principals: dict[Credentials, Principal] = {}
         self.sessions = SessionStore(config.limits, self._session_ended)
@@ -409,6 +409,9 @@ class Gateway:
             return None
         return self.authenticator.pending(token)
 
+    def _auth_exchange(self, exchange: str, outcome: str) -> None:
+        self.metrics.auth_exchanges.labels(exchange, outcome).inc()
+
     def principal_of(self, credentials: Credentials) -> Principal:
         """The principal those credentials stand for now; one object per credentials, so that its
         capability verdicts stay cached across requests (cleared when principals change)."""
@@ -479,7 +482,7 @@ class Gateway:
         """
         # The authenticator first: it may refuse the new auth section (a JWKS file that is missing),
         # and a refusal must leave the running principals as they were.
-        authenticator = Authenticator(config.auth, self.principals)
+        authenticator = Authenticator(config.auth, self.principals, observe=self._auth_exchange)
         self.principals.replace(config.principals)
         self.authenticator = authenticator
         self.config = self.config.model_copy(

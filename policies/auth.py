@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from policies.introspection import Introspector
-from policies.jwt import Fetch, JwtVerifier, TokenError, audiences
+from policies.jwt import Fetch, JwtVerifier, Observe, TokenError, audiences
 from policies.patterns import CapabilitySet
 from policies.principal import ANONYMOUS_ALL, Principal
 
@@ -118,12 +118,20 @@ class PrincipalRegistry:
 
 
 class Authenticator:
-    def __init__(self, auth: Auth | None, registry: PrincipalRegistry, fetch: Fetch | None = None) -> None:
+    def __init__(
+        self,
+        auth: Auth | None,
+        registry: PrincipalRegistry,
+        fetch: Fetch | None = None,
+        observe: Observe | None = None,
+    ) -> None:
         self.auth = auth
         self.registry = registry
-        self.jwt = JwtVerifier(auth.jwt, fetch) if auth is not None and auth.jwt is not None else None
+        self.jwt = JwtVerifier(auth.jwt, fetch, observe) if auth is not None and auth.jwt is not None else None
         self.introspection = (
-            Introspector(auth.introspection, fetch) if auth is not None and auth.introspection is not None else None
+            Introspector(auth.introspection, fetch, observe)
+            if auth is not None and auth.introspection is not None
+            else None
         )
         # Whether some token may need a network exchange before it can be decided (see pending()).
         self.may_wait = self.introspection is not None or (self.jwt is not None and bool(self.jwt.config.jwks_url))

@@ -38,7 +38,7 @@ from urllib.parse import quote, urlencode
 
 import orjson
 
-from policies.jwt import Fetch, TokenError, default_fetch, typed_claims
+from policies.jwt import Fetch, Observe, TokenError, default_fetch, typed_claims
 
 if TYPE_CHECKING:
     from gateway.config import Introspection
@@ -77,9 +77,10 @@ def basic_credentials(client_id: str, client_secret: str) -> str:
 
 
 class Introspector:
-    def __init__(self, config: Introspection, fetch: Fetch | None = None) -> None:
+    def __init__(self, config: Introspection, fetch: Fetch | None = None, observe: Observe | None = None) -> None:
         self.config = config
         self._fetch = fetch
+        self._observe = observe
         self._authorization = basic_credentials(config.client_id, config.client_secret)
         self._answers: OrderedDict[bytes, _Answer] = OrderedDict()
         self._inflight: dict[bytes, asyncio.Task[None]] = {}
@@ -127,9 +128,19 @@ class Introspector:
     # ---- the exchange ------------------------------------------------------------------------
 
     async def _introspect(self, key: bytes, token: str) -> None:
-        async with self._slots:
-            document = await self._ask(token)
-        self._remember(key, self._answer(document))
+        try:
+            async with self._slots:
+                document = await self._ask(token)
+        except IntrospectionUnavailable:
+            self._note("unavailable")
+            raise
+        answer = self._answer(document)
+        self._note("inactive" if answer.claims is None else "active")
+        self._remember(key, answer)
+
+    def _note(self, outcome: str) -> None:
+        if self._observe is not None:
+            self._observe("introspection", outcome)
 
     async def _ask(self, token: str) -> dict[str, Any]:
         from gateway.upstreams.httpclient import HttpError

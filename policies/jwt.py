@@ -67,6 +67,12 @@ _B64URL = re.compile(r"[A-Za-z0-9_-]*")
 _MIN_HMAC_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}  # RFC 7518 §3.2: a key as long as the hash
 
 Fetch = Callable[..., Awaitable["Fetched"]]
+# Told of every exchange with the authorization server: (exchange, outcome), for metrics.
+Observe = Callable[[str, str], None]
+
+
+def _unobserved(_exchange: str, _outcome: str) -> None:
+    pass
 
 
 def default_fetch() -> Fetch:
@@ -186,9 +192,10 @@ def _reason(exc: Exception) -> str:
 
 
 class JwtVerifier:
-    def __init__(self, config: Jwt, fetch: Fetch | None = None) -> None:
+    def __init__(self, config: Jwt, fetch: Fetch | None = None, observe: Observe | None = None) -> None:
         self.config = config
         self._fetch = fetch
+        self._observe = observe or _unobserved
         allowed = [a for a in (config.algorithms or ALGORITHMS) if a in ALGORITHMS]
         self._secret = config.hs256_secret.encode() if config.hs256_secret else b""
         # RFC 7518 §3.2: an HMAC key at least as long as the hash. HS384/HS512 are accepted only with a
@@ -244,9 +251,11 @@ class JwtVerifier:
             if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
                 raise ValueError("the JWKS is not a JSON object with 'keys'")
             self.load_jwks(document)
+            self._observe("jwks", "ok")
             log.info("JWKS loaded from %s: %d key(s)", self._where(), len(self._keys))
             return True
         except (HttpError, ValueError) as exc:
+            self._observe("jwks", "failed")
             log.error("JWKS fetch from %s failed (the %d key(s) in hand stay): %s", self._where(), len(self._keys), exc)
             return False
 
