@@ -335,6 +335,7 @@ class Gateway:
         self.topic_backends.start()
 
     async def stop(self) -> None:
+        self.authenticator.close()
         await self.mgp.stop()  # MGP clients are told of the shutdown while still connected
         await self.mcpc.stop()
         self.parking.close()
@@ -484,6 +485,7 @@ class Gateway:
         # and a refusal must leave the running principals as they were.
         authenticator = Authenticator(config.auth, self.principals, observe=self._auth_exchange)
         self.principals.replace(config.principals)
+        # The old authenticator's exchanges in progress finish (bounded by their timeouts): requests await them.
         self.authenticator = authenticator
         self.config = self.config.model_copy(
             update={"auth": config.auth, "principals": config.principals, "mcpl": config.mcpl}

@@ -136,6 +136,13 @@ class Authenticator:
         # Whether some token may need a network exchange before it can be decided (see pending()).
         self.may_wait = self.introspection is not None or (self.jwt is not None and bool(self.jwt.config.jwks_url))
 
+    def close(self) -> None:
+        """Cancel the network exchanges in progress (JWKS refresh, introspections)."""
+        if self.jwt is not None:
+            self.jwt.close()
+        if self.introspection is not None:
+            self.introspection.close()
+
     @property
     def required(self) -> bool:
         """Whether unauthenticated callers are refused."""

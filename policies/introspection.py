@@ -125,6 +125,11 @@ class Introspector:
             task.add_done_callback(lambda _t: self._inflight.pop(key, None))
         return asyncio.shield(task)  # one caller giving up does not cancel the others' exchange
 
+    def close(self) -> None:
+        """Cancel the exchanges in progress (the gateway stops, or a reload replaced this introspector)."""
+        for task in list(self._inflight.values()):
+            task.cancel()
+
     # ---- the exchange ------------------------------------------------------------------------
 
     async def _introspect(self, key: bytes, token: str) -> None:

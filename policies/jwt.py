@@ -295,6 +295,11 @@ class JwtVerifier:
         refresh = self.refresh_shared()
         return asyncio.shield(refresh) if refresh is not None else None
 
+    def close(self) -> None:
+        """Cancel a refresh in progress (the gateway stops, or a reload replaced this verifier)."""
+        if self._fetching is not None and not self._fetching.done():
+            self._fetching.cancel()
+
     def _lookup(self, kid: str | None) -> SigningKey | None:
         if kid is not None:
             return self._keys.get(kid)

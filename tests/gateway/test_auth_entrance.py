@@ -51,3 +51,17 @@ async def test_a_jwt_shaped_token_checked_by_introspection_is_not_kept_past_cach
 async def test_nothing_to_wait_for_without_a_jwks_url_or_introspection() -> None:
     gw = Gateway(Config.model_validate({"auth": {"jwt": {"hs256_secret": "x" * 32}}}))
     assert gw.auth_pending(scope("a.b.c")) is None and gw.auth_pending(scope("opaque")) is None
+
+
+async def test_stopping_cancels_the_exchanges_in_progress(oauth: OAuthServer) -> None:
+    introspection = {"endpoint": oauth.introspect_url, "client_id": "gw", "client_secret": "gw-secret"}
+    gw = Gateway(Config.model_validate({"auth": {"introspection": introspection}}))
+    oauth.fail("slow", delay_s=5.0, paths=("/introspect",))
+    waiting = gw.auth_pending(scope(oauth.issue_opaque({"sub": "alice"})))
+    assert waiting is not None
+    await asyncio.sleep(0.05)
+    gw.authenticator.close()
+    with pytest.raises(asyncio.CancelledError):
+        async with asyncio.timeout(2):
+            await waiting
+    assert gw.authenticator.introspection is not None and not gw.authenticator.introspection._inflight
