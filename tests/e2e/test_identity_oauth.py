@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from tests.support import JSON_HEADERS, RunningGateway, initialize_request, run_gateway
@@ -205,3 +205,15 @@ def test_exchanges_with_the_authorization_server_are_counted(gateway: RunningGat
     assert count("jwks", "ok") >= 2, "at start and after the rotation"
     assert count("introspection", "active") >= 1 and count("introspection", "inactive") >= 1
     assert count("introspection", "unavailable") >= 1
+
+
+def test_an_mcpx_agent_with_an_opaque_token_in_the_query(gateway: RunningGateway, oauth: OAuthServer) -> None:
+    token = oauth.issue_opaque({"sub": "agent-7", "capabilities": ["*"]})
+    with connect(gateway.ws(f"/ws?topic=room&token={token}")) as ws:
+        welcome = ws.recv(timeout=10)
+    assert "agent-7" in str(welcome)
+    with (
+        pytest.raises((InvalidStatus, ConnectionClosed)),
+        connect(gateway.ws("/ws?topic=room&token=never-issued-token")) as refused,
+    ):
+        refused.recv(timeout=10)  # the MCPx door refuses at the handshake or closes before answering
