@@ -59,7 +59,7 @@ def query_token(scope: Scope) -> str | None:
     from urllib.parse import parse_qs
 
     values = parse_qs(raw.decode("latin-1")).get("token")
-    return values[0] if values else None
+    return values[-1] if values else None  # the last, as Starlette's query_params (the door) reads it
 
 
 def body_at_hand(scope: Scope) -> bytes | None:
