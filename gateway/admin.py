@@ -24,6 +24,7 @@ from starlette.routing import Route
 from gateway import jsonrpc
 from gateway.config import PrincipalConfig
 from gateway.errors import MgpCode
+from gateway.protected_resource import configured_resources, gateway_resource, server_of_metadata, server_resource
 from gateway.transports.http_common import base_url
 from policies.auth import bearer_token
 from policies.mgp_permissions import owner_of
@@ -108,14 +109,27 @@ class AdminApi:
         ]
 
     async def resource_metadata(self, request: Request) -> Response:
+        """RFC 9728 §3: the gateway's metadata, or a backend's under .../servers/NAME/mcp (§3.1)."""
         auth = self._auth()
-        resource = (auth.resource if auth and auth.resource else None) or f"{base_url(request.scope)}/mcp"
+        base = base_url(request.scope)
+        path = request.path_params.get("path", "")
+        server = server_of_metadata(path) if path.startswith("servers/") else None
+        if server is not None:
+            resources = configured_resources(self._config())
+            if server not in resources:
+                return error_response(404, "no such server")
+            resource = server_resource(server, auth, resources, base)
+            name = f"Switchboard: {server}"
+        elif path.startswith("servers/"):
+            return error_response(404, "no such server")
+        else:
+            resource, name = gateway_resource(auth, base), "Switchboard"
         return JSONResponse(
             {
                 "resource": resource,
                 "authorization_servers": list(auth.authorization_servers) if auth else [],
                 "bearer_methods_supported": ["header"],
-                "resource_name": "Switchboard",
+                "resource_name": name,
             }
         )
 

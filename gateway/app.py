@@ -19,6 +19,7 @@ from gateway.federation import View
 from gateway.mcpx.api import McpxApi
 from gateway.mcpx.door import McpxDoor
 from gateway.routing.listen import ListenAdmission
+from gateway.transports.auth_wait import after_auth_wait
 from gateway.transports.origin import OriginGuard, refuse
 from gateway.transports.sse import LegacySseDoor
 from gateway.transports.streamable_http import StreamableHttpDoor
@@ -50,11 +51,15 @@ class FastPath:
         guard: OriginGuard,
         lean: tuple[str, ...] = (),
         lean_body_limit: int = 0,
+        auth_pending: Callable[[Any], Awaitable[object] | None] | None = None,
     ) -> None:
         self.app = app
         self.state = app.state
         self._exact = exact
         self._guard = guard
+        # What a request's token needs from the network before its door may ask who is calling
+        # (transports/auth_wait.py); None for most requests, at the cost of one call.
+        self._auth_pending = auth_pending
         # What the gateway's protocol may serve on its lean cycle (transports/lean.py): plain POSTs to
         # these exact paths, with a Content-Length within this limit.
         self.lean_posts = frozenset(path.encode() for path in lean)
@@ -71,6 +76,18 @@ class FastPath:
             refused = self._guard.check(scope)
             if refused is not None:
                 return refuse(scope, send, *refused)
+            if self._auth_pending is not None:
+                waiting = self._auth_pending(scope)
+                if waiting is not None:
+                    return after_auth_wait(waiting, self._route, scope, receive, send)
+        if scope["type"] == "http":
+            handler = self._exact.get(scope["path"])
+            if handler is not None:
+                return handler(scope, receive, send)
+        return self.app(scope, receive, send)
+
+    def _route(self, scope: Any, receive: Any, send: Any) -> Awaitable[None]:
+        """The tail of :meth:`dispatch`, once the token's network needs are met (one frame less inline)."""
         if scope["type"] == "http":
             handler = self._exact.get(scope["path"])
             if handler is not None:
@@ -222,7 +239,9 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
         "/sse": sse_fed.stream,
         "/messages": sse_fed.messages,
     }
-    served = FastPath(app, exact, OriginGuard(gw.config), ("/mcp", "/messages"), limits.max_body_bytes)
+    served = FastPath(
+        app, exact, OriginGuard(gw.config), ("/mcp", "/messages"), limits.max_body_bytes, auth_pending=gw.auth_pending
+    )
     gw.replicas.serve(served)  # requests other replicas relay here run through the same app
     return served
 

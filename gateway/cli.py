@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway import __version__
 from gateway.config import Config, ConfigError, default_config, load_config
+from gateway.config_auth import auth_warnings
 from gateway.config_schema import schema_text
 from gateway.reload_status import config_changes, describe_issues
 
@@ -130,7 +131,7 @@ def config_warnings(config: Config) -> list[str]:
     from gateway.upstreams.egress import egress_problems
 
     warnings.extend(egress_problems(config.egress, config.backends)[1])  # tls.verify: false (issue 17)
-    return warnings
+    return warnings + auth_warnings(config.auth)
 
 
 def _seconds(text: str) -> float:
@@ -367,6 +368,7 @@ async def _serve_stdio(config: Config, server: str | None, token: str | None, co
     from gateway.core import Gateway
     from gateway.transports import stdio
     from policies.auth import AuthError
+    from policies.introspection import IntrospectionUnavailable
 
     gateway = Gateway(config)
     view = gateway.view_named(server) if server else gateway.federated
@@ -374,9 +376,12 @@ async def _serve_stdio(config: Config, server: str | None, token: str | None, co
         print(f"error: no backend or virtual server named {server!r}", file=sys.stderr)
         return 2
     try:
-        credentials = gateway.authenticator.authenticate(token)
+        credentials = await gateway.authenticator.authenticate_async(token)  # a JWKS or introspection first
     except AuthError as exc:
         print(f"error: {exc.reason} (give a token with --token or SWITCHBOARD_TOKEN)", file=sys.stderr)
+        return 1
+    except IntrospectionUnavailable as exc:
+        print(f"error: {exc.reason}; try again later", file=sys.stderr)
         return 1
     reader, send, feeder = await stdio.open_std_streams()
     await gateway.start()

@@ -28,6 +28,7 @@ from gateway.config_auth import (
     Anonymous as Anonymous,
     Auth as Auth,
     FeatureSetRules as FeatureSetRules,
+    Introspection as Introspection,
     Jwt as Jwt,
     PrincipalConfig as PrincipalConfig,
     PrincipalMcpl as PrincipalMcpl,

@@ -101,6 +101,14 @@ class Backend(_Model):
             check_backend_auth(self.auth, self.transport, self.headers)
         return self
 
+    # protected-resource metadata (issue 17)
+    resource: str | None = Field(
+        None,
+        description="This backend's OAuth resource id (RFC 9728, RFC 8707), named in the metadata at "
+        "/.well-known/oauth-protected-resource/servers/NAME/mcp and accepted as a token audience on "
+        "/servers/NAME/... (default: the gateway's base + /servers/NAME/mcp).",
+    )
+
     @field_validator("url")
     @classmethod
     def _url_scheme(cls, value: str | None, info: ValidationInfo) -> str | None:

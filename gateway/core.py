@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable
 from functools import partial
 from typing import Any
 
@@ -25,6 +26,7 @@ from gateway.mgp.access_store import BusAccessStore
 from gateway.mgp.assembly import assemble as assemble_mgp
 from gateway.mgp.lifecycle import Lifecycle
 from gateway.mrtr import Parking
+from gateway.protected_resource import bound_resource, configured_resources, server_of
 from gateway.reload_status import ReloadStatus
 from gateway.replicas.assembly import Replicas, replica_id
 from gateway.replicas.records import apply as apply_record, apply_mcpl, credentials_of, initialize_params
@@ -39,7 +41,7 @@ from gateway.runtime_backends import RuntimeBackends
 from gateway.sessions import ClientSession, SessionStore
 from gateway.telemetry import server_observer, tracing_from_config
 from gateway.telemetry.observe import audit_tap
-from gateway.transports.http_common import Scope, header
+from gateway.transports.http_common import Scope, header, query_token
 from gateway.upstreams import make_carrier
 from gateway.upstreams.affinity import EraAffinity, TwinEvents
 from gateway.upstreams.connection import BackendConnection
@@ -131,7 +133,7 @@ class Gateway:
             ]
         )
         self.principals = PrincipalRegistry(config.principals)
-        self.authenticator = Authenticator(config.auth, self.principals)
+        self.authenticator = Authenticator(config.auth, self.principals, observe=self._auth_exchange)
         self._jwt_cache: dict[str, Credentials] = {}
         self._principals: dict[Credentials, Principal] = {}
         self.sessions = SessionStore(config.limits, self._session_ended)
@@ -372,6 +374,7 @@ class Gateway:
         self.topic_backends.start()
 
     async def stop(self) -> None:
+        self.authenticator.close()
         await self.mgp.stop()  # MGP clients are told of the shutdown while still connected
         await self.mcpc.stop()
         self.parking.close()
@@ -419,22 +422,43 @@ class Gateway:
             self.tracing.note_http(header(scope, b"traceparent"), header(scope, b"tracestate"))
         if token is None:
             token = bearer_token(header(scope, b"authorization"))
-        credentials = self._authenticate(token)
+        credentials = self._authenticate(scope, token)
         if self.upstream_auth.exchanges:  # only a token-exchange backend needs it (no cost otherwise)
             note_presented(token, credentials.kind, credentials.expires)
         return credentials
 
-    def _authenticate(self, token: str | None) -> Credentials:
+    def _authenticate(self, scope: Scope, token: str | None) -> Credentials:
         if token is not None and token.count(".") == 2:
-            cached = self._jwt_cache.get(token)
-            if cached is not None and (cached.expires is None or cached.expires > time.time()):
-                return cached
-            credentials = self.authenticator.authenticate(token)
-            if len(self._jwt_cache) >= _JWT_CACHE:
-                self._jwt_cache.pop(next(iter(self._jwt_cache)))
-            self._jwt_cache[token] = credentials
-            return credentials
-        return self.authenticator.authenticate(token)
+            credentials = self._jwt_cache.get(token)
+            if credentials is None or (credentials.expires is not None and credentials.expires <= time.time()):
+                credentials = self.authenticator.identify(token)
+                if credentials.kind == "jwt":  # an introspected one lives by its own cache (cache_s: revocation)
+                    if len(self._jwt_cache) >= _JWT_CACHE:
+                        self._jwt_cache.pop(next(iter(self._jwt_cache)))
+                    self._jwt_cache[token] = credentials
+        else:
+            credentials = self.authenticator.identify(token)
+        if credentials.audience is not None:  # per request: a cached token may be presented to another resource
+            server = server_of(scope.get("path", ""), scope.get("root_path", ""))
+            resource = bound_resource(server, self.config.auth, configured_resources(self.config)) if server else None
+            self.authenticator.check_audience(credentials, resource)
+        return credentials
+
+    def auth_pending(self, scope: Scope) -> Awaitable[object] | None:
+        """What the entrance awaits before a door may ask :meth:`authenticate` (gateway/app.py): a JWKS
+        refresh or an introspection the request's token needs. None, at the cost of one check, when
+        the configuration needs no network for any token."""
+        if not self.authenticator.may_wait:
+            return None
+        token = bearer_token(header(scope, b"authorization"))
+        if token is None and scope.get("type") == "websocket":
+            token = query_token(scope)  # MCPx agents send ?token= (gateway/mcpx/door.py)
+        if token is None or token in self._jwt_cache:
+            return None
+        return self.authenticator.pending(token)
+
+    def _auth_exchange(self, exchange: str, outcome: str) -> None:
+        self.metrics.auth_exchanges.labels(exchange, outcome).inc()
 
     def principal_of(self, credentials: Credentials) -> Principal:
         """The principal those credentials stand for now; one object per credentials, so that its
@@ -510,8 +534,9 @@ class Gateway:
         """
         # The authenticator first: it may refuse the new auth section (a JWKS file that is missing),
         # and a refusal must leave the running principals as they were.
-        authenticator = Authenticator(config.auth, self.principals)
+        authenticator = Authenticator(config.auth, self.principals, observe=self._auth_exchange)
         self.principals.replace(config.principals)
+        # The old authenticator's exchanges in progress finish (bounded by their timeouts): requests await them.
         self.authenticator = authenticator
         self.config = self.config.model_copy(
             update={"auth": config.auth, "principals": config.principals, "mcpl": config.mcpl}

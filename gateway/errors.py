@@ -68,6 +68,7 @@ PAYLOAD_TOO_LARGE = -32095
 # principal): gateway/upstreams/credentials.py; never replaced by a shared credential (issue 17).
 UPSTREAM_CREDENTIAL = -32096
 TOOL_PINNED = -32097
+AUTH_UNAVAILABLE = -32099  # the authorization server cannot say whether a token is active (HTTP 503)
 
 # ---- MCPx v0.1 system/error codes (strings; the reference gateway's names) --------------------
 MCPX_INVALID_MESSAGE = "invalid_message"  # a frame that is not JSON

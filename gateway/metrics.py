@@ -151,6 +151,15 @@ class Metrics:
             registry=r,
         )
 
+        # Identity (issue 17): the gateway's own exchanges with the authorization server.
+        self.auth_exchanges = Counter(
+            "switchboard_auth_exchanges_total",
+            "Exchanges with the authorization server, by exchange (jwks, introspection) and outcome "
+            "(jwks: ok, failed; introspection: active, inactive, unavailable).",
+            ["exchange", "outcome"],
+            registry=r,
+        )
+
         # The MCP semantic conventions' operation durations (issue 16), observed on every call with or
         # without OpenTelemetry: a light collector (gateway/loop_metrics.py), not a Histogram.
         self.mcp_server_duration = LoopHistogram(

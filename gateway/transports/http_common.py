@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from gateway import errors, jsonrpc
+from gateway.protected_resource import metadata_url, server_of
 from gateway.transports.coalesce import LOST_KEY
 from gateway.transports.lean import BODY_KEY, HEADERS_KEY, LeanCycle
 
@@ -48,6 +49,17 @@ def header(scope: Scope, name: bytes) -> str | None:
         scope[HEADERS_KEY] = table
     value = table.get(name)
     return value.decode("latin-1") if value is not None else None
+
+
+def query_token(scope: Scope) -> str | None:
+    """The ``token`` query parameter (MCPx agents authenticate their WebSocket with ``?token=``)."""
+    raw: bytes = scope.get("query_string", b"")
+    if b"token=" not in raw:
+        return None
+    from urllib.parse import parse_qs
+
+    values = parse_qs(raw.decode("latin-1")).get("token")
+    return values[-1] if values else None  # the last, as Starlette's query_params (the door) reads it
 
 
 def body_at_hand(scope: Scope) -> bytes | None:
@@ -144,10 +156,11 @@ def base_url(scope: Scope) -> str:
 
 
 def bearer_challenge(scope: Scope, reason: str, error: str | None) -> str:
-    """The RFC 6750 challenge of a 401 and, per RFC 9728, where the resource metadata is."""
-    challenge = (
-        f'Bearer realm="switchboard", resource_metadata="{base_url(scope)}/.well-known/oauth-protected-resource"'
-    )
+    """The RFC 6750 challenge of a 401 and, per RFC 9728 §5.1, where the metadata of the resource this
+    path belongs to is: a backend's own for /servers/NAME/..., else the gateway's
+    (gateway/protected_resource.py)."""
+    server = server_of(scope.get("path", ""), scope.get("root_path", ""))
+    challenge = f'Bearer realm="switchboard", resource_metadata="{metadata_url(base_url(scope), server)}"'
     if error:
         # The reason never echoes the token, but may quote a claim: keep the quoted-string well formed
         # (RFC 7230 qdtext), or the server would fail to send the header at all.
