@@ -103,6 +103,12 @@ class VirtualServer(_Model):
     instructions: str | None = Field(
         None, max_length=_MAX_TEXT, description="Instructions in initialize and server/discover (none by default)."
     )
+    resource: str | None = Field(
+        None,
+        description="Its OAuth resource id (RFC 9728, RFC 8707), named in the metadata at "
+        "/.well-known/oauth-protected-resource/servers/NAME/mcp and accepted as a token audience on "
+        "/servers/NAME/... (default: the gateway's base + /servers/NAME/mcp), as for a backend.",
+    )
 
     @field_validator("rename")
     @classmethod

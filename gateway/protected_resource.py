@@ -15,8 +15,8 @@ backend's own doors (/servers/NAME/mcp, /servers/NAME/mcp/ws, /servers/NAME/sse,
   a backend. A Host-derived id is fine in metadata (it is where the client already is), but a
   client picks the Host, so trusting it would let a token minted for another server's resource in.
 
-To give another kind of server its own resource under /servers/NAME/ (virtual servers), extend
-``resources`` (name → configured id) where the gateway builds it (:func:`configured_resources`).
+Virtual servers (gateway/virtual_servers.py) live at /servers/NAME/ too and are resources of their own
+in the same way (``virtual_servers.NAME.resource``): :func:`configured_resources` lists both.
 """
 
 from __future__ import annotations
@@ -86,5 +86,8 @@ def bound_resource(server: str | None, auth: Auth | None, resources: Mapping[str
 
 
 def configured_resources(config: Config) -> dict[str, str | None]:
-    """Every server with a resource of its own under /servers/NAME/, with its configured id (or None)."""
-    return {name: backend.resource for name, backend in config.backends.items()}
+    """Every server with a resource of its own under /servers/NAME/ (backends and virtual servers, whose
+    names never collide: gateway/config_virtual.py), with its configured id (or None)."""
+    resources = {name: backend.resource for name, backend in config.backends.items()}
+    resources.update((name, virtual.resource) for name, virtual in config.virtual_servers.items())
+    return resources

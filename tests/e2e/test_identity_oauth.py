@@ -24,6 +24,7 @@ pytestmark = pytest.mark.timeout(90)
 INIT = initialize_request(1)
 BASE = "https://gw.example.test"  # the public base the operator configures (auth.resource)
 PINNED = "https://files.example.test/mcp"  # a backend with a resource id of its own
+PINNED_V = "https://pinned.example.test/mcp"  # a virtual server with one
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +40,11 @@ def gateway(oauth: OAuthServer) -> Iterator[RunningGateway]:
         "backends": {
             "demo": {"transport": "builtin", "required": True},
             "files": {"transport": "builtin", "resource": PINNED},
+        },
+        # A virtual server is a resource of its own, as a backend is (virtual_servers.NAME.resource).
+        "virtual_servers": {
+            "curated": {"tools": ["demo:echo"]},
+            "pinned": {"tools": ["files:add"], "resource": PINNED_V},
         },
         "auth": {
             "authorization_servers": [oauth.issuer],
@@ -81,6 +87,10 @@ def test_metadata_of_the_gateway_and_of_each_backend(gateway: RunningGateway, oa
     assert demo["authorization_servers"] == [oauth.issuer] and demo["bearer_methods_supported"] == ["header"]
     files = httpx.get(f"{gateway.url}/.well-known/oauth-protected-resource/servers/files/mcp").json()
     assert files["resource"] == PINNED
+    curated = httpx.get(f"{gateway.url}/.well-known/oauth-protected-resource/servers/curated/mcp").json()
+    assert curated["resource"] == f"{BASE}/servers/curated/mcp", "a virtual server's, derived as a backend's"
+    pinned = httpx.get(f"{gateway.url}/.well-known/oauth-protected-resource/servers/pinned/mcp").json()
+    assert pinned["resource"] == PINNED_V
     for unknown in ("servers/ghost/mcp", "servers/demo/other", "servers/Demo/mcp"):
         assert httpx.get(f"{gateway.url}/.well-known/oauth-protected-resource/{unknown}").status_code == 404
 
@@ -91,6 +101,7 @@ def test_metadata_of_the_gateway_and_of_each_backend(gateway: RunningGateway, oa
         ("/mcp", None),
         ("/servers/demo/mcp", "demo"),
         ("/servers/files/mcp", "files"),
+        ("/servers/curated/mcp", "curated"),
     ],
 )
 def test_each_401_names_the_metadata_of_its_own_resource(
