@@ -320,7 +320,14 @@ _SECRET_NAME = re.compile(r"secret|password|token|key", re.IGNORECASE)
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#@]*@")
 _QUERY_PAIR = re.compile(r"([?&;])([^=&;#]*)=([^&;#]*)")
 # Maps whose every value is a credential, whatever its key: a backend's headers and environment.
-_SECRET_MAPS = frozenset({("backends", "*", "headers"), ("backends", "*", "env")})
+_SECRET_MAPS = frozenset(
+    {
+        ("backends", "*", "headers"),
+        ("backends", "*", "env"),
+        ("backends", "*", "principal_env"),  # issue 17: every principal's child environment
+        ("backends", "*", "default_env"),
+    }
+)
 
 
 def redacted(value: Any, path: tuple[str, ...] = ()) -> Any:

@@ -34,6 +34,7 @@ from gateway.routing.catalog import Catalog
 from gateway.routing.client_messages import ClientMessages
 from gateway.routing.forwarding import Forwarder
 from gateway.routing.levels import BackendLevels
+from gateway.routing.pool_events import ChildEvents
 from gateway.routing.subscriptions import Subscriptions
 from gateway.runtime_backends import RuntimeBackends
 from gateway.sessions import ClientSession, SessionStore
@@ -43,6 +44,7 @@ from gateway.transports.http_common import Scope, header
 from gateway.upstreams import make_carrier
 from gateway.upstreams.affinity import EraAffinity, TwinEvents
 from gateway.upstreams.connection import BackendConnection
+from gateway.upstreams.principal_pool import PrincipalPool
 from policies import CapabilityPolicy, Decision, PolicyChain, Principal
 from policies.arguments import ArgumentValidationPolicy
 from policies.auth import Authenticator, AuthError, Credentials, PrincipalRegistry, bearer_token
@@ -59,6 +61,7 @@ from policies.mgp_permissions import MgpPermissionPolicy
 from policies.mgp_reserved import MgpReservedNamePolicy
 from policies.mgp_validation import MgpValidatorPolicy
 from policies.pinning import PinningPolicy, PinStore
+from policies.principal_pool import PoolAdmission
 from policies.ratelimit import RateLimitPolicy
 from policies.scope_elevation import ScopeElevationPolicy
 from policies.scopes import ScopePolicy
@@ -144,6 +147,8 @@ class Gateway:
         self.catalogs = {n: BackendCatalog(n, fed.list_cache_s) for n in names}
         # Filled below, once the handler of their events exists; everyone holds the same mapping.
         self.connections: dict[str, BackendConnection] = {}
+        # per-principal stdio backends (issue 17): their entry in connections is the pool's head.
+        self.pools: dict[str, PrincipalPool] = {}
         self.server_identity = ServerIdentity(self.connections, self.federated)  # what clients are told
         self.mcpl = McplRelay(
             config=config.mcpl,
@@ -157,7 +162,9 @@ class Gateway:
             load=self.load,
             tracing=self.tracing,
         )
-        self.catalog = Catalog(self.connections, self.catalogs, self.pins, self.chain, self.metrics, config)
+        self.catalog = Catalog(
+            self.connections, self.catalogs, self.pins, self.chain, self.metrics, config, pools=self.pools
+        )
         self.subscriptions = Subscriptions(self.connections, self.sessions)
         levels = BackendLevels(self.connections, self.sessions)
         # Backends registered at runtime (MGP §15) join and leave through here.
@@ -232,6 +239,7 @@ class Gateway:
                 mcpc=self.mcpc.calls,
                 metrics=self.metrics,
                 tracing=self.tracing,
+                pools=self.pools,
             ),
             client_messages=self.client_messages,
             levels=levels,
@@ -262,6 +270,9 @@ class Gateway:
         self._twin_events = TwinEvents(backend_events)
         self._client_info = {"name": "switchboard", "version": __version__}
         self.connections.update((name, self._new_connection(name, cfg)) for name, cfg in config.backends.items())
+        for name, cfg in config.backends.items():
+            if cfg.sharing == "per-principal":
+                self.pools[name] = self._new_pool(self.connections[name], cfg)
         for name in names:
             self.metrics.backend_up.labels(name).set(0)
         # MCPx topics (gateway/mcpx/: the door is door.py); backends may sit in them as participants.
@@ -300,6 +311,29 @@ class Gateway:
             kernel=self.mgp.kernel,
         )
 
+    def _new_pool(self, head: BackendConnection, cfg: BackendConfig) -> PrincipalPool:
+        """The pool of a per-principal stdio backend (issue 17); ``head`` stays in ``connections``."""
+        admission = PoolAdmission(head.name, cfg.principal_env, cfg.default_env, cfg.principal_env_var)
+
+        def connect(name: str, child_cfg: BackendConfig, principal: str) -> BackendConnection:
+            # Plain MCP toward a child: no MCPL offer, no MGP kernel, no MCPC handshake (the ADR).
+            return BackendConnection(
+                name,
+                child_cfg,
+                partial(make_carrier, name, child_cfg, self.config.limits),
+                ChildEvents(principal, pool, self._backend_events, self.sessions),
+                self._client_info,
+                offer_mcpl=False,
+            )
+
+        pool = PrincipalPool(head, admission, connect, self.config.federation.list_cache_s, self._children_report)
+        return pool
+
+    def _children_report(self, backend: str, counts: dict[str, int]) -> None:
+        for state, count in counts.items():
+            self.metrics.backend_children.labels(backend, state).set(count)
+        self.metrics.backend_up.labels(backend).set(1 if counts.get("ready") else 0)
+
     def _backend_lost(self, conn: BackendConnection, reason: str) -> None:
         """A backend leaves on purpose (deregistered, drained): clients hear it as a lost backend."""
         self._backend_events.on_disconnected(conn, reason)
@@ -325,8 +359,9 @@ class Gateway:
         await self.mgp_access_store.start()
         if self.authenticator.jwt is not None and self.authenticator.jwt.config.jwks_url:
             await self.authenticator.jwt.refresh()
-        for conn in self.connections.values():
-            await conn.start()
+        for name, conn in self.connections.items():
+            pool = self.pools.get(name)
+            await (pool.start() if pool is not None else conn.start())
         self.mgp.start()
         self.sessions.start()
         await self.replicas.start()
@@ -339,6 +374,7 @@ class Gateway:
         await self.topic_backends.stop()
         await self.replicas.stop()
         await self.sessions.stop()
+        await asyncio.gather(*(pool.stop() for pool in self.pools.values()), return_exceptions=True)
         await asyncio.gather(*(conn.close() for conn in self.connections.values()), return_exceptions=True)
         await self.affinity.close()
         await self.audit.close()
@@ -357,6 +393,7 @@ class Gateway:
                 "protocol": conn.protocol_version if conn.state == "ready" else None,
                 "error": conn.last_error,
                 **({"legacy_path": path} if (path := self.affinity.describe(name)) is not None else {}),
+                **(self.pools[name].describe() if name in self.pools else {}),
             }
             for name, conn in self.connections.items()
         }

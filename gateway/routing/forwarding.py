@@ -30,6 +30,7 @@ from gateway.federation import rewrite_result
 from gateway.routing.call import Call, CallSink, PolicyDenied, Routed
 from gateway.routing.catalog import STARTUP_GRACE_S
 from gateway.telemetry.conventions import error_type_of, error_type_of_exception
+from gateway.upstreams.principal_pool import PoolRefused
 
 if TYPE_CHECKING:
     from gateway.eras import EraBridge
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from gateway.telemetry.observe import ClientSpan, Tracing
     from gateway.upstreams.affinity import EraAffinity
     from gateway.upstreams.connection import BackendConnection
+    from gateway.upstreams.principal_pool import PrincipalPool
     from policies.load import LoadPolicy
 
 
@@ -104,8 +106,10 @@ class Forwarder:
         mcpc: McpcCalls | None = None,
         metrics: Metrics | None = None,
         tracing: Tracing | None = None,
+        pools: Mapping[str, PrincipalPool] | None = None,
     ) -> None:
         self._connections = connections
+        self._pools = pools or {}  # per-principal stdio backends (issue 17): a call goes to its caller's child
         self._load = load
         self._eras = eras
         self._affinity = affinity
@@ -116,7 +120,7 @@ class Forwarder:
 
     async def forward(self, call: Call, backend: str, params: dict[str, Any] | None) -> Routed:
         session, event = call.session, call.event
-        conn = self._connections[backend]
+        conn = self._connections[backend] if backend not in self._pools else await self._child(call, backend)
         if conn.state != "ready" and not (
             conn.first_attempt_pending and await conn.wait_ready(min(STARTUP_GRACE_S, conn.config.connect_timeout_s))
         ):
@@ -172,6 +176,20 @@ class Forwarder:
             if span is not None:
                 span.end(error_type)
         return Routed(response, backend, error_type)
+
+    async def _child(self, call: Call, backend: str) -> BackendConnection:
+        """The caller's own child of a per-principal backend (spawned now if needed: the chain has
+        admitted this call; the pool's policy still refuses anonymous callers and principals without
+        an environment, and a full pool of busy children)."""
+        method = call.event.method
+        if method in ("resources/subscribe", "resources/unsubscribe"):
+            raise jsonrpc.RpcError(
+                jsonrpc.METHOD_NOT_FOUND, f"{method} is not offered by per-principal backend {backend}"
+            )
+        try:
+            return (await self._pools[backend].child(call.principal)).conn
+        except PoolRefused as refused:
+            raise PolicyDenied(refused.decision, backend) from None
 
     async def _settle(
         self, call: Call, answer: Awaitable[dict[str, Any]], stream: StreamedCall | None, plan: Plan | None

@@ -1,0 +1,266 @@
+"""A stdio backend run as one child per principal (``sharing: per-principal``, issue 17).
+
+Each child is its own :class:`~gateway.upstreams.connection.BackendConnection` (handshake, restarts,
+the stdio carrier's process group and clean close), keyed by (backend, principal name), spawned with
+the backend's ``env`` overlaid by what ``policies/principal_pool.py`` gives that principal. The
+backend's entry in the gateway's ``connections`` is the pool's *head*: a connection that is never
+started and spawns nothing; it carries the shared metadata (serverInfo, capabilities, instructions:
+those of the first child that connected) and the readiness of the backend as a whole (ready when its
+command can be spawned). Calls and lists go to the caller's own child (gateway/routing/forwarding.py,
+gateway/routing/catalog.py); what a child sends on its own goes to its principal's sessions only
+(gateway/routing/pool_events.py).
+
+Invariants:
+
+- a child is spawned only through :meth:`PrincipalPool.child`, which its callers reach only after the
+  policy chain admitted the call or the list, and which asks :class:`PoolAdmission` first (anonymous
+  callers and principals without an environment get none);
+- never more than ``max_children`` processes, counting those still stopping: beyond it the least
+  recently used child with no call in flight is stopped first; when every child is busy the caller is
+  refused at once (never queued);
+- a child with no call in flight for ``idle_s`` is stopped by the pool's one reaper task (its
+  carrier's close: stdin closed, SIGTERM, SIGKILL of its process group), cancelled on :meth:`stop`;
+- spawning is serialized per pool, so two calls of one principal never spawn two children.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.config import Backend as BackendConfig
+from gateway.federation import BackendCatalog
+from gateway.upstreams.connection import BackendConnection
+from policies.chain import Decision
+from policies.principal import Principal
+from policies.principal_pool import PoolAdmission
+
+log = logging.getLogger(__name__)
+
+# Spawns a child connection: (backend name, its config with the child's env, principal name).
+Connect = Callable[[str, BackendConfig, str], BackendConnection]
+# Reports the pool's children by state (for metrics): (backend name, {state: count}).
+Report = Callable[[str, dict[str, int]], None]
+
+_STATES = ("connecting", "ready", "down")
+
+
+class PoolRefused(Exception):
+    """The pool's policy said no (no environment for this principal, anonymous, or the pool is full)."""
+
+    def __init__(self, decision: Decision) -> None:
+        super().__init__(decision.reason)
+        self.decision = decision
+
+
+@dataclass(slots=True)
+class PoolChild:
+    principal: str
+    conn: BackendConnection
+    catalog: BackendCatalog  # this child's own lists (tools may differ per principal)
+    last_used: float
+    waiters: int = 0  # calls waiting for this child's first connection: it is not idle
+
+    def busy(self) -> bool:
+        conn = self.conn
+        return self.waiters > 0 or conn.inflight > 0
+
+
+class PrincipalPool:
+    def __init__(
+        self,
+        head: BackendConnection,
+        admission: PoolAdmission,
+        connect: Connect,
+        list_cache_s: float,
+        report: Report | None = None,
+    ) -> None:
+        self.head = head
+        self.name = head.name
+        self.config = head.config
+        self.admission = admission
+        self._connect = connect
+        self._list_cache_s = list_cache_s
+        self._report = report
+        self._children: OrderedDict[str, PoolChild] = OrderedDict()  # least recently used first
+        self._closing: dict[BackendConnection, asyncio.Task[None]] = {}
+        self._lock = asyncio.Lock()
+        self._reaper: asyncio.Task[None] | None = None
+        self.spawned = 0  # children started since the gateway started (for tests and the admin view)
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """The head is ready when the command can be spawned (a pool with no child yet is still
+        ready: its children are spawned on demand); the reaper starts."""
+        problem = spawn_problem(self.config)
+        self.head.state = "ready" if problem is None else "down"
+        self.head.last_error = problem
+        self._reaper = asyncio.create_task(self._reap(), name=f"pool-reaper-{self.name}")
+        self._publish()
+
+    async def stop(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        for child in list(self._children.values()):
+            self._retire(child, "the gateway is stopping")
+        if self._closing:
+            await asyncio.gather(*self._closing.values(), return_exceptions=True)
+        await self.head.close()
+
+    # ---- children ------------------------------------------------------------------------------
+
+    def admit(self, principal: Principal) -> Decision:
+        return self.admission.admit(principal)
+
+    def existing(self, principal: Principal) -> PoolChild | None:
+        return self._children.get(principal.name)
+
+    async def child(self, principal: Principal) -> PoolChild:
+        """``principal``'s child, spawned if needed (raises :class:`PoolRefused`). A fresh child is
+        waited for up to its ``connect_timeout_s``; the caller then checks its state as for any backend."""
+        decision = self.admission.admit(principal)
+        if not decision.allowed:
+            raise PoolRefused(decision)
+        found = self._children.get(principal.name)
+        if found is None or found.conn.gave_up:
+            async with self._lock:
+                found = self._children.get(principal.name)
+                if found is not None and found.conn.gave_up:
+                    self._retire(found, "its restart budget is spent")
+                    found = None
+                if found is None:
+                    await self._make_room()
+                    found = await self._spawn(principal)
+        self._children.move_to_end(principal.name)
+        found.last_used = time.monotonic()
+        if found.conn.first_attempt_pending:
+            found.waiters += 1
+            try:
+                await found.conn.wait_settled(self.config.connect_timeout_s)
+            finally:
+                found.waiters -= 1
+                found.last_used = time.monotonic()
+        return found
+
+    async def _spawn(self, principal: Principal) -> PoolChild:
+        env = {**self.config.env, **self.admission.env_of(principal)}
+        config = self.config.model_copy(update={"env": env, "principal_env": {}, "default_env": None})
+        conn = self._connect(self.name, config, principal.name)
+        child = PoolChild(principal.name, conn, BackendCatalog(self.name, self._list_cache_s), time.monotonic())
+        self._children[principal.name] = child
+        self.spawned += 1
+        await conn.start()  # creates the supervisor task (the spawn happens there)
+        log.info("backend %s: spawning a child for principal %s", self.name, principal.name)
+        self._publish()
+        return child
+
+    async def _make_room(self) -> None:
+        """Under the lock: stop children until one more fits, or refuse (every child busy)."""
+        limit = self.config.max_children
+        while len(self._children) + len(self._closing) >= limit:
+            if self._closing:
+                # Still stopping (bounded by the carrier's close): they count until they are gone.
+                await asyncio.wait(list(self._closing.values()))
+                continue
+            victim = next((c for c in self._children.values() if not c.busy()), None)
+            if victim is None:
+                raise PoolRefused(self.admission.full(limit))
+            self._retire(victim, f"max_children ({limit}) reached")
+
+    def _retire(self, child: PoolChild, reason: str) -> None:
+        """Take ``child`` out of the pool now and stop its process in the background (tracked)."""
+        if self._children.get(child.principal) is child:
+            del self._children[child.principal]
+        conn = child.conn
+        if conn in self._closing:
+            return
+        log.info("backend %s: stopping the child of principal %s: %s", self.name, child.principal, reason)
+        task = asyncio.create_task(self._close(conn), name=f"pool-close-{self.name}")
+        self._closing[conn] = task
+        self._publish()
+
+    async def _close(self, conn: BackendConnection) -> None:
+        try:
+            await conn.close()
+        except Exception:  # a failed close must not keep the slot forever
+            log.exception("backend %s: closing a child failed", self.name)
+        finally:
+            self._closing.pop(conn, None)
+            self._publish()
+
+    async def _reap(self) -> None:
+        idle = self.config.idle_s
+        tick = min(max(idle / 4, 0.05), 5.0)
+        while True:
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            for child in list(self._children.values()):
+                if child.busy():
+                    child.last_used = now  # idle counts from the end of its last call
+                elif now - child.last_used >= idle:
+                    self._retire(child, f"idle for {idle:g}s")
+            self._publish()
+
+    # ---- what the pool reports ----------------------------------------------------------------
+
+    def child_connected(self, conn: BackendConnection) -> None:
+        """A child (re)connected: its lists are fetched again; the head shows the first child's metadata."""
+        for child in self._children.values():
+            if child.conn is conn:
+                child.catalog.invalidate()
+        if not self.head.init_result:
+            self.head.init_result = conn.init_result
+            self.head.connected_at = conn.connected_at
+        self._publish()
+
+    def catalog_of(self, conn: BackendConnection) -> BackendCatalog | None:
+        for child in self._children.values():
+            if child.conn is conn:
+                return child.catalog
+        return None
+
+    def counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(_STATES, 0)
+        for child in self._children.values():
+            state = child.conn.state if child.conn.state in counts else "down"
+            counts[state] += 1
+        counts["stopping"] = len(self._closing)
+        return counts
+
+    def describe(self) -> dict[str, Any]:
+        """For /readyz and the admin view: counts only (principal names are not shown there)."""
+        return {
+            "sharing": "per-principal",
+            "children": self.counts(),
+            "max_children": self.config.max_children,
+            "idle_s": self.config.idle_s,
+        }
+
+    def _publish(self) -> None:
+        if self._report is not None:
+            self._report(self.name, self.counts())
+
+
+def spawn_problem(config: BackendConfig) -> str | None:
+    """Why ``config.command`` could not be spawned now (None: it can), as the OS would resolve it."""
+    command = config.command or ""
+    if os.sep in command:
+        path = command if os.path.isabs(command) or not config.cwd else os.path.join(config.cwd, command)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return None
+        return f"command {command!r} is not an executable file"
+    search = config.env.get("PATH", os.environ.get("PATH"))
+    if shutil.which(command, path=search) is not None:
+        return None
+    return f"command {command!r} is not found on PATH"
