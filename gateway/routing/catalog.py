@@ -88,7 +88,7 @@ class Catalog:
         self._connections = connections
         # Per-principal stdio backends (issue 17): their lists are the caller's child's, merged per
         # caller and never stored on the view (which every principal's sessions share).
-        self._pools = pools or {}
+        self._pools = pools if pools is not None else {}
         self._catalogs = catalogs
         self._pins = pins
         self._chain = chain

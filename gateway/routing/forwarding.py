@@ -109,7 +109,8 @@ class Forwarder:
         pools: Mapping[str, PrincipalPool] | None = None,
     ) -> None:
         self._connections = connections
-        self._pools = pools or {}  # per-principal stdio backends (issue 17): a call goes to its caller's child
+        # per-principal stdio backends (issue 17): a call goes to its caller's child
+        self._pools = pools if pools is not None else {}
         self._load = load
         self._eras = eras
         self._affinity = affinity

@@ -1,0 +1,235 @@
+"""Per-principal stdio backends through a real gateway (issue 17): one child per principal, its own env.
+
+The backend is tests/gateway/upstreams/env_backend.py (it reports its pid, ``API_KEY`` and principal);
+clients are the official SDK over Streamable HTTP with static tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import mcp_types as types
+import pytest
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from tests.support import RunningGateway, run_gateway, stdio_backend
+
+pytestmark = [pytest.mark.timeout(60)]
+
+ALICE, BOB, CAROL = "alice-token", "bob-token", "carol-token"
+
+
+def env_backend(**extra: Any) -> dict[str, Any]:
+    return stdio_backend(
+        "tests.gateway.upstreams.env_backend",
+        sharing="per-principal",
+        principal_env={"alice": {"API_KEY": "alice-key"}, "bob": {"API_KEY": "bob-key"}},
+        **extra,
+    )
+
+
+def config(backend: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "backends": {"envs": backend, "demo": {"transport": "builtin", "required": True}},
+        "principals": {
+            "alice": {"tokens": [ALICE], "capabilities": ["mcp/*"]},
+            "bob": {"tokens": [BOB], "capabilities": ["mcp/*"]},
+            "carol": {"tokens": [CAROL], "capabilities": ["mcp/*"]},
+        },
+        **extra,
+    }
+
+
+@asynccontextmanager
+async def client_for(gw: RunningGateway, token: str | None, url: str | None = None, **kw: Any) -> AsyncIterator[Client]:
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    http = httpx.AsyncClient(headers=headers, timeout=20)
+    transport = streamable_http_client(url or gw.mcp, http_client=http)
+    async with http, Client(transport, mode="legacy", read_timeout_seconds=20, **kw) as client:
+        yield client
+
+
+async def whoami(client: Client, name: str = "envs__whoami") -> dict[str, Any]:
+    result = await client.call_tool(name, {})
+    assert not result.is_error, result
+    block = result.content[0]
+    assert isinstance(block, types.TextContent)
+    value: dict[str, Any] = json.loads(block.text)
+    return value
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def gone(pid: int, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+def children(gw: RunningGateway) -> dict[str, Any]:
+    ready = httpx.get(f"{gw.url}/readyz", timeout=5).json()
+    pool: dict[str, Any] = ready["backends"]["envs"]
+    return pool
+
+
+async def test_each_principal_gets_its_own_child_and_environment() -> None:
+    with run_gateway(config(env_backend())) as gw:
+        pool = children(gw)
+        assert pool["state"] == "ready" and pool["sharing"] == "per-principal"
+        assert pool["children"]["ready"] == 0  # nothing is spawned before a principal asks
+        async with client_for(gw, ALICE) as alice, client_for(gw, BOB) as bob:
+            a, b = await whoami(alice), await whoami(bob)
+            assert a["api_key"] == "alice-key" and a["principal"] == "alice"
+            assert b["api_key"] == "bob-key" and b["principal"] == "bob"
+            assert a["pid"] != b["pid"]
+            # Lists are the caller's own child's: each sees its own tool, never the other's.
+            alice_tools = {t.name for t in (await alice.list_tools()).tools}
+            bob_tools = {t.name for t in (await bob.list_tools()).tools}
+            assert "envs__only_alice" in alice_tools and "envs__only_bob" not in alice_tools
+            assert "envs__only_bob" in bob_tools and "envs__only_alice" not in bob_tools
+            assert "demo__echo" in alice_tools  # the shared backends are merged as before
+            with pytest.raises(MCPError):
+                await alice.call_tool("envs__only_bob", {})  # reaches alice's child, which has no such tool
+            assert (await whoami(alice, "envs__only_alice"))["pid"] == a["pid"]
+            # Another session of the same principal reuses its child.
+            async with client_for(gw, ALICE) as alice2:
+                assert (await whoami(alice2))["pid"] == a["pid"]
+            # The single-backend view routes to the caller's child too (never prefixed).
+            async with client_for(gw, BOB, gw.server("envs")) as bob_single:
+                assert (await whoami(bob_single, "whoami"))["pid"] == b["pid"]
+            assert children(gw)["children"]["ready"] == 2
+    # Stopping the gateway stops every child.
+    assert await gone(a["pid"]) and await gone(b["pid"])
+
+
+async def test_what_a_child_sends_reaches_only_its_principal() -> None:
+    asked: list[str] = []
+    logs: dict[str, list[str]] = {"alice": [], "bob": []}
+    both = asyncio.Event()
+
+    def roots_for(who: str) -> Any:
+        async def list_roots(context: Any) -> types.ListRootsResult:
+            asked.append(who)
+            return types.ListRootsResult(roots=[types.Root(uri=f"file:///{who}")])
+
+        return list_roots
+
+    def log_for(who: str) -> Any:
+        async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+            logs[who].append(str(params.data))
+            if logs["alice"] and logs["bob"]:
+                both.set()
+
+        return on_log
+
+    with run_gateway(config(env_backend())) as gw:
+        async with (
+            client_for(gw, ALICE, list_roots_callback=roots_for("alice"), logging_callback=log_for("alice")) as alice,
+            client_for(gw, BOB, list_roots_callback=roots_for("bob"), logging_callback=log_for("bob")) as bob,
+        ):
+            await whoami(bob)  # bob has a child and a session that could answer roots/list
+            answer = await alice.call_tool("envs__ask_roots", {})
+            block = answer.content[0]
+            assert isinstance(block, types.TextContent) and "file:///alice" in block.text
+            assert asked == ["alice"]
+            await alice.call_tool("envs__say", {})
+            await bob.call_tool("envs__say", {})
+            async with asyncio.timeout(5):
+                await both.wait()
+            assert logs["alice"] == ["alice says hi"] and logs["bob"] == ["bob says hi"]
+
+
+async def test_an_idle_child_is_stopped_and_spawned_again_on_the_next_call() -> None:
+    with run_gateway(config(env_backend(idle_s=0.5))) as gw:
+        async with client_for(gw, ALICE) as alice:
+            first = (await whoami(alice))["pid"]
+            assert await gone(first, timeout_s=10)
+            assert children(gw)["children"]["ready"] == 0
+            second = (await whoami(alice))["pid"]
+            assert second != first and alive(second)
+
+
+async def test_max_children_stops_the_least_recently_used_idle_child_and_refuses_when_all_are_busy() -> None:
+    release = asyncio.Event()
+    holding = asyncio.Event()
+
+    async def slow_roots(context: Any) -> types.ListRootsResult:
+        holding.set()
+        async with asyncio.timeout(20):
+            await release.wait()
+        return types.ListRootsResult(roots=[])
+
+    with run_gateway(config(env_backend(max_children=1))) as gw:
+        async with client_for(gw, ALICE, list_roots_callback=slow_roots) as alice, client_for(gw, BOB) as bob:
+            a = (await whoami(alice))["pid"]
+            b = (await whoami(bob))["pid"]  # alice's idle child makes room
+            assert await gone(a)
+            assert children(gw)["children"]["ready"] == 1
+            # Alice's new child holds a call in flight (her client holds the roots/list answer).
+            held = asyncio.create_task(alice.call_tool("envs__ask_roots", {}))
+            async with asyncio.timeout(15):
+                await holding.wait()
+            assert not alive(b)
+            with pytest.raises(MCPError) as refused:
+                await bob.call_tool("envs__whoami", {})
+            assert refused.value.error.code == -32094
+            assert "max" in refused.value.error.message or "limit" in refused.value.error.message
+            release.set()
+            async with asyncio.timeout(15):
+                assert not (await held).is_error
+        assert "per-principal children, all busy" in gw.log_with("principal_pool")
+
+
+async def test_a_principal_without_environment_and_an_anonymous_caller_spawn_nothing() -> None:
+    anonymous = {"auth": {"anonymous": {"capabilities": ["mcp/*"]}}}
+    with run_gateway(config(env_backend(), **anonymous)) as gw:
+        async with client_for(gw, CAROL) as carol, client_for(gw, None) as nobody:
+            for client in (carol, nobody):
+                names = {t.name for t in (await client.list_tools()).tools}
+                assert "demo__echo" in names and not any(n.startswith("envs__") for n in names)
+                with pytest.raises(MCPError) as refused:
+                    await client.call_tool("envs__whoami", {})
+                assert refused.value.error.code == -32093
+                assert "per principal" in refused.value.error.message
+            pool = children(gw)
+            assert sum(pool["children"].values()) == 0
+        audit = gw.log()
+        assert "alice-key" not in audit and "bob-key" not in audit  # no secret in the log
+
+
+async def test_default_env_serves_unnamed_principals_and_never_lends_a_named_ones_values() -> None:
+    backend = env_backend(default_env={"API_KEY": "shared-low-key"}, principal_env_var="SWITCHBOARD_PRINCIPAL")
+    with run_gateway(config(backend)) as gw:
+        async with client_for(gw, CAROL) as carol, client_for(gw, ALICE) as alice:
+            c, a = await whoami(carol), await whoami(alice)
+            assert c["api_key"] == "shared-low-key" and c["principal"] == "carol"
+            assert a["api_key"] == "alice-key" and a["pid"] != c["pid"]
+
+
+def test_subscribe_on_a_per_principal_backend_is_refused_clearly() -> None:
+    with run_gateway(config(env_backend())) as gw, httpx.Client(timeout=10) as http:
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18"}}
+        headers = {"authorization": f"Bearer {ALICE}", "accept": "application/json, text/event-stream"}
+        sid = http.post(gw.mcp, json=init, headers=headers).headers["mcp-session-id"]
+        headers["mcp-session-id"] = sid
+        sub = {"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe", "params": {"uri": "envs+file:///x"}}
+        answer = http.post(gw.mcp, json=sub, headers=headers).json()
+        assert answer["error"]["code"] == -32601 and "per-principal" in answer["error"]["message"]
