@@ -195,7 +195,7 @@ async def test_max_children_stops_the_least_recently_used_idle_child_and_refuses
             release.set()
             async with asyncio.timeout(15):
                 assert not (await held).is_error
-        assert "per-principal children, all busy" in gw.log_with("principal_pool")
+        assert "per-principal children, all busy" in gw.log_with("all busy")
 
 
 async def test_a_principal_without_environment_and_an_anonymous_caller_spawn_nothing() -> None:
