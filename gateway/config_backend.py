@@ -119,6 +119,15 @@ class Backend(_Model):
             raise ValueError(f"url for transport '{info.data['transport']}' must start with {' or '.join(schemes)}")
         return value
 
+    @field_validator("sharing")
+    @classmethod
+    def _sharing_transport(cls, value: str, info: ValidationInfo) -> str:
+        # A field validator, so that `switchboard check` points at the sharing line (issue 17).
+        transport = info.data.get("transport")
+        if value == "per-principal" and transport is not None and transport != "stdio":
+            raise ValueError(f"sharing 'per-principal' needs transport 'stdio' (not '{transport}')")
+        return value
+
     @model_validator(mode="after")
     def _transport_fields(self) -> Backend:
         if self.transport == "stdio" and not self.command:
@@ -131,8 +140,6 @@ class Backend(_Model):
     def _sharing_fields(self) -> None:
         """per-principal (issue 17): only over stdio, and its fields only with it."""
         if self.sharing == "per-principal":
-            if self.transport != "stdio":
-                raise ValueError(f"sharing 'per-principal' needs transport 'stdio' (not '{self.transport}')")
             names = [*self.env, *(self.default_env or {}), *(k for e in self.principal_env.values() for k in e)]
             if self.principal_env_var:
                 names.append(self.principal_env_var)

@@ -37,14 +37,14 @@ from gateway.routing.levels import BackendLevels
 from gateway.routing.pool_events import ChildEvents
 from gateway.routing.subscriptions import Subscriptions
 from gateway.runtime_backends import RuntimeBackends
-from gateway.sessions import ClientSession, SessionStore
+from gateway.sessions import ClientSession, SessionStore, level_rank
 from gateway.telemetry import server_observer, tracing_from_config
 from gateway.telemetry.observe import audit_tap
 from gateway.transports.http_common import Scope, header
 from gateway.upstreams import make_carrier
 from gateway.upstreams.affinity import EraAffinity, TwinEvents
 from gateway.upstreams.connection import BackendConnection
-from gateway.upstreams.principal_pool import PrincipalPool
+from gateway.upstreams.principal_pool import PoolHead, PrincipalPool
 from policies import CapabilityPolicy, Decision, PolicyChain, Principal
 from policies.arguments import ArgumentValidationPolicy
 from policies.auth import Authenticator, AuthError, Credentials, PrincipalRegistry, bearer_token
@@ -272,7 +272,10 @@ class Gateway:
         self.connections.update((name, self._new_connection(name, cfg)) for name, cfg in config.backends.items())
         for name, cfg in config.backends.items():
             if cfg.sharing == "per-principal":
-                self.pools[name] = self._new_pool(self.connections[name], cfg)
+                head = self.connections[name] = PoolHead(
+                    name, cfg, partial(make_carrier, name, cfg, config.limits), self._backend_events, self._client_info
+                )
+                self.pools[name] = self._new_pool(head, cfg)
         for name in names:
             self.metrics.backend_up.labels(name).set(0)
         # MCPx topics (gateway/mcpx/: the door is door.py); backends may sit in them as participants.
@@ -326,7 +329,17 @@ class Gateway:
                 offer_mcpl=False,
             )
 
-        pool = PrincipalPool(head, admission, connect, self.config.federation.list_cache_s, self._children_report)
+        def level_of(principal: str) -> str | None:
+            levels = [
+                s.log_level
+                for s in self.sessions
+                if s.log_level and not s.closed and s.principal.name == principal and head.name in s.view.backends
+            ]
+            return min(levels, key=level_rank) if levels else None
+
+        pool = PrincipalPool(
+            head, admission, connect, self.config.federation.list_cache_s, self._children_report, level_of
+        )
         return pool
 
     def _children_report(self, backend: str, counts: dict[str, int]) -> None:

@@ -187,8 +187,9 @@ class Catalog:
         if kind == "tools":
             # Kept for the modern era's Mcp-Param-* headers toward this backend.
             conn.tool_schemas = {t["name"]: t.get("inputSchema") for t in items}
-            if catalog is None:  # a per-principal child's tools are its principal's (not pinned: the ADR)
-                await self._pins.observe(name, items)
+            # A per-principal child's tools are pinned under the backend's name too: one program whose
+            # definitions should not depend on who runs it (a difference is flagged, the ADR).
+            await self._pins.observe(name, items)
         return items
 
     async def await_startup(self, view: View) -> None:

@@ -36,9 +36,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gateway import jsonrpc
 from gateway.config import Backend as BackendConfig
 from gateway.federation import BackendCatalog
-from gateway.upstreams.connection import BackendConnection
+from gateway.upstreams.connection import BackendConnection, CallOwner
+from gateway.upstreams.pending import Pending
 from policies.chain import Decision
 from policies.principal import Principal
 from policies.principal_pool import PoolAdmission
@@ -49,6 +51,8 @@ log = logging.getLogger(__name__)
 Connect = Callable[[str, BackendConfig, str], BackendConnection]
 # Reports the pool's children by state (for metrics): (backend name, {state: count}).
 Report = Callable[[str, dict[str, int]], None]
+# The log level a principal's sessions want from this backend (the most verbose they asked), or None.
+LevelOf = Callable[[str], str | None]
 
 _STATES = ("connecting", "ready", "down")
 
@@ -68,10 +72,42 @@ class PoolChild:
     catalog: BackendCatalog  # this child's own lists (tools may differ per principal)
     last_used: float
     waiters: int = 0  # calls waiting for this child's first connection: it is not idle
+    level: str | None = None  # the log level it was last told
 
     def busy(self) -> bool:
         conn = self.conn
         return self.waiters > 0 or conn.inflight > 0
+
+
+class PoolHead(BackendConnection):
+    """The entry of a per-principal backend in the gateway's ``connections``: never started, it spawns
+    nothing and carries no call. Its state is the pool's (ready when the command can be spawned), its
+    metadata the first child's. A log level set on it goes to every child (the most verbose any session
+    asked for, as for a shared backend; each session still sees only what its own level admits)."""
+
+    pool: PrincipalPool | None = None
+
+    async def request(
+        self,
+        method: str,
+        params: dict[str, Any] | None,
+        owner: CallOwner | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        if method == "logging/setLevel" and self.pool is not None:
+            await self.pool.sync_levels()
+            return jsonrpc.result(None, {})
+        raise self._no_shared(method)
+
+    async def call(self, pending: Pending, timeout: float | None = None) -> dict[str, Any]:
+        self._pending.drop(pending)  # begun, never sent: forgotten
+        raise self._no_shared(str(pending.message.get("method")))
+
+    def _no_shared(self, method: str) -> jsonrpc.RpcError:
+        return jsonrpc.RpcError(
+            jsonrpc.BACKEND_UNAVAILABLE,
+            f"backend {self.name} runs one process per principal: {method} has no shared connection to go to",
+        )
 
 
 class PrincipalPool:
@@ -82,6 +118,7 @@ class PrincipalPool:
         connect: Connect,
         list_cache_s: float,
         report: Report | None = None,
+        level_of: LevelOf | None = None,
     ) -> None:
         self.head = head
         self.name = head.name
@@ -95,6 +132,9 @@ class PrincipalPool:
         self._lock = asyncio.Lock()
         self._reaper: asyncio.Task[None] | None = None
         self.spawned = 0  # children started since the gateway started (for tests and the admin view)
+        self._level_of = level_of
+        if isinstance(head, PoolHead):
+            head.pool = self
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -219,10 +259,30 @@ class PrincipalPool:
         for child in self._children.values():
             if child.conn is conn:
                 child.catalog.invalidate()
+                child.level = None  # a respawned child forgot it
+                conn.spawn(self._tell_level(child))
         if not self.head.init_result:
             self.head.init_result = conn.init_result
             self.head.connected_at = conn.connected_at
         self._publish()
+
+    async def sync_levels(self) -> None:
+        """Tell each ready child the level its principal's sessions want now (when it changed)."""
+        ready = [c for c in self._children.values() if c.conn.state == "ready"]
+        await asyncio.gather(*(self._tell_level(c) for c in ready))
+
+    async def _tell_level(self, child: PoolChild) -> None:
+        conn = child.conn
+        if self._level_of is None or "logging" not in conn.capabilities or conn.era == "modern":
+            return  # a modern child gets each call's level in its _meta instead
+        wanted = self._level_of(child.principal)
+        if wanted is None or wanted == child.level:
+            return
+        child.level = wanted
+        try:
+            await conn.request("logging/setLevel", {"level": wanted}, timeout=10.0)
+        except jsonrpc.RpcError as exc:
+            log.info("backend %s: logging/setLevel toward a child failed: %s", self.name, exc)
 
     def catalog_of(self, conn: BackendConnection) -> BackendCatalog | None:
         for child in self._children.values():

@@ -4,8 +4,8 @@
 
 Newline-delimited JSON-RPC on stdin/stdout, no SDK (it starts in a few milliseconds). Tools:
 
-- ``whoami``: ``{"pid", "api_key", "principal"}`` as text JSON (``API_KEY`` and ``SWITCHBOARD_PRINCIPAL``
-  from its environment);
+- ``whoami``: ``{"pid", "api_key", "principal", "level"}`` as text JSON (``API_KEY`` and
+  ``SWITCHBOARD_PRINCIPAL`` from its environment, the last ``logging/setLevel`` it was told);
 - ``only_<principal>``: a tool whose name depends on the child's principal (lists may differ per child);
 - ``ask_roots``: asks the client ``roots/list`` (a server->client request, unrelated on stdio) and
   answers with what came back;
@@ -40,6 +40,7 @@ def text(rpc_id: Any, value: Any) -> None:
 def main() -> None:
     waiting: dict[str, Any] = {}  # our request id -> the tools/call id that waits for its answer
     asked = 0
+    level: str | None = None
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -65,7 +66,8 @@ def main() -> None:
         elif method == "tools/call":
             name = message["params"]["name"]
             if name == "whoami" or name == f"only_{PRINCIPAL}":
-                text(rpc_id, {"pid": os.getpid(), "api_key": os.environ.get("API_KEY"), "principal": PRINCIPAL})
+                me = {"pid": os.getpid(), "api_key": os.environ.get("API_KEY"), "principal": PRINCIPAL, "level": level}
+                text(rpc_id, me)
             elif name == "ask_roots":
                 asked += 1
                 ours = f"roots-{asked}"
@@ -78,6 +80,8 @@ def main() -> None:
             else:
                 send({"jsonrpc": "2.0", "id": rpc_id, "error": {"code": -32602, "message": f"Unknown tool: {name}"}})
         elif method == "ping" or method == "logging/setLevel":
+            if method == "logging/setLevel":
+                level = message["params"]["level"]
             send({"jsonrpc": "2.0", "id": rpc_id, "result": {}})
         else:
             send({"jsonrpc": "2.0", "id": rpc_id, "error": {"code": -32601, "message": f"Method not found: {method}"}})

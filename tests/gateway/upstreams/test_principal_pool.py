@@ -157,6 +157,17 @@ async def test_what_a_child_sends_reaches_only_its_principal() -> None:
             assert logs["alice"] == ["alice says hi"] and logs["bob"] == ["bob says hi"]
 
 
+@pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
+async def test_each_child_is_told_the_log_level_its_principals_sessions_asked_for() -> None:
+    with run_gateway(config(env_backend())) as gw:
+        async with client_for(gw, ALICE) as alice, client_for(gw, BOB) as bob:
+            await alice.set_logging_level("error")  # before alice has a child: told when it connects
+            assert (await whoami(alice))["level"] == "error"
+            assert (await whoami(bob))["level"] is None  # bob asked for nothing
+            await alice.set_logging_level("debug")  # a change reaches the running child
+            assert (await whoami(alice))["level"] == "debug"
+
+
 async def test_an_idle_child_is_stopped_and_spawned_again_on_the_next_call() -> None:
     with run_gateway(config(env_backend(idle_s=0.5))) as gw:
         async with client_for(gw, ALICE) as alice:
