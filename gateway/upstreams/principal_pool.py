@@ -87,6 +87,11 @@ class PoolHead(BackendConnection):
 
     pool: PrincipalPool | None = None
 
+    def child_of(self, principal: Principal) -> BackendConnection | None:
+        """``principal``'s running child (None: it has none; nothing is spawned here)."""
+        child = self.pool.existing(principal) if self.pool is not None else None
+        return child.conn if child is not None else None
+
     async def request(
         self,
         method: str,

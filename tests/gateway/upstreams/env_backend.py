@@ -5,7 +5,8 @@
 Newline-delimited JSON-RPC on stdin/stdout, no SDK (it starts in a few milliseconds). Tools:
 
 - ``whoami``: ``{"pid", "api_key", "principal", "level"}`` as text JSON (``API_KEY`` and
-  ``SWITCHBOARD_PRINCIPAL`` from its environment, the last ``logging/setLevel`` it was told);
+  ``SWITCHBOARD_PRINCIPAL`` from its environment, the last ``logging/setLevel`` it was told, how many
+  ``notifications/roots/list_changed`` it received);
 - ``only_<principal>``: a tool whose name depends on the child's principal (lists may differ per child);
 - ``ask_roots``: asks the client ``roots/list`` (a server->client request, unrelated on stdio) and
   answers with what came back;
@@ -41,6 +42,7 @@ def main() -> None:
     waiting: dict[str, Any] = {}  # our request id -> the tools/call id that waits for its answer
     asked = 0
     level: str | None = None
+    roots_changed = 0
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -53,6 +55,7 @@ def main() -> None:
                 text(caller, message.get("result", message.get("error")))
             continue
         if rpc_id is None:
+            roots_changed += method == "notifications/roots/list_changed"
             continue  # a notification
         if method == "initialize":
             result = {
@@ -67,6 +70,7 @@ def main() -> None:
             name = message["params"]["name"]
             if name == "whoami" or name == f"only_{PRINCIPAL}":
                 me = {"pid": os.getpid(), "api_key": os.environ.get("API_KEY"), "principal": PRINCIPAL, "level": level}
+                me["roots_changed"] = roots_changed
                 text(rpc_id, me)
             elif name == "ask_roots":
                 asked += 1

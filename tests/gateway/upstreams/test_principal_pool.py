@@ -120,6 +120,7 @@ async def test_each_principal_gets_its_own_child_and_environment() -> None:
     assert await gone(a["pid"]) and await gone(b["pid"])
 
 
+@pytest.mark.filterwarnings("ignore:The .* capability is deprecated")
 async def test_what_a_child_sends_reaches_only_its_principal() -> None:
     asked: list[str] = []
     logs: dict[str, list[str]] = {"alice": [], "bob": []}
@@ -150,6 +151,12 @@ async def test_what_a_child_sends_reaches_only_its_principal() -> None:
             block = answer.content[0]
             assert isinstance(block, types.TextContent) and "file:///alice" in block.text
             assert asked == ["alice"]
+            await alice.send_roots_list_changed()  # a client's notification reaches its own child only
+            for _ in range(100):  # a notification has no answer: ask the child until it counted it
+                if (await whoami(alice))["roots_changed"]:
+                    break
+                await asyncio.sleep(0.05)
+            assert (await whoami(alice))["roots_changed"] == 1 and (await whoami(bob))["roots_changed"] == 0
             await alice.call_tool("envs__say", {})
             await bob.call_tool("envs__say", {})
             async with asyncio.timeout(5):
@@ -157,7 +164,7 @@ async def test_what_a_child_sends_reaches_only_its_principal() -> None:
             assert logs["alice"] == ["alice says hi"] and logs["bob"] == ["bob says hi"]
 
 
-@pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
+@pytest.mark.filterwarnings("ignore:The .* capability is deprecated")
 async def test_each_child_is_told_the_log_level_its_principals_sessions_asked_for() -> None:
     with run_gateway(config(env_backend())) as gw:
         async with client_for(gw, ALICE) as alice, client_for(gw, BOB) as bob:
