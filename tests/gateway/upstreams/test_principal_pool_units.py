@@ -9,6 +9,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from gateway.admin import REDACTED, redacted
@@ -211,3 +212,14 @@ def test_principal_env_is_redacted_in_the_admin_config() -> None:
 
 def backend_fields() -> dict[str, object]:
     return {"sharing": "per-principal", "principal_env": {"alice": {"API_KEY": "a"}}, "default_env": {"API_KEY": "d"}}
+
+
+def test_probe_checks_the_command_and_spawns_no_child(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "probe.yaml"
+    found = {"transport": "stdio", "command": "true", "sharing": "per-principal", "required": True}
+    missing = {**found, "command": "surely-not-a-command-here"}
+    path.write_text(yaml.safe_dump({"backends": {"found": found, "missing": missing}}))
+    assert cli_main(["check", "-c", str(path), "--probe", "--timeout", "5"]) == 1
+    out = capsys.readouterr().out
+    assert "backend found (stdio, required): command found; one child per principal" in out
+    assert "backend missing (stdio, required): UNREACHABLE: command 'surely-not-a-command-here' is not found" in out
