@@ -55,6 +55,13 @@ Report = Callable[[str, dict[str, int]], None]
 LevelOf = Callable[[str], str | None]
 
 _STATES = ("connecting", "ready", "down")
+# What a head announces before any child connected (the children then answer with what they have).
+_UNKNOWN_CAPABILITIES: dict[str, Any] = {
+    "tools": {"listChanged": True},
+    "prompts": {"listChanged": True},
+    "resources": {"listChanged": True},
+    "logging": {},
+}
 
 
 class PoolRefused(Exception):
@@ -75,17 +82,22 @@ class PoolChild:
     level: str | None = None  # the log level it was last told
 
     def busy(self) -> bool:
-        conn = self.conn
-        return self.waiters > 0 or conn.inflight > 0
+        return self.waiters > 0 or self.conn.inflight > 0
 
 
 class PoolHead(BackendConnection):
     """The entry of a per-principal backend in the gateway's ``connections``: never started, it spawns
     nothing and carries no call. Its state is the pool's (ready when the command can be spawned), its
-    metadata the first child's. A log level set on it goes to every child (the most verbose any session
-    asked for, as for a shared backend; each session still sees only what its own level admits)."""
+    metadata the first child's (before any child connected: every list capability, so that a client of
+    ``/servers/NAME/mcp`` lists, and its own child answers). A log level set on it is passed on: each
+    child is told the most verbose level its own principal's sessions asked for."""
 
     pool: PrincipalPool | None = None
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        caps = self.init_result.get("capabilities")
+        return caps if isinstance(caps, dict) else _UNKNOWN_CAPABILITIES
 
     def child_of(self, principal: Principal) -> BackendConnection | None:
         """``principal``'s running child (None: it has none; nothing is spawned here)."""
@@ -136,7 +148,7 @@ class PrincipalPool:
         self._closing: dict[BackendConnection, asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()
         self._reaper: asyncio.Task[None] | None = None
-        self.spawned = 0  # children started since the gateway started (for tests and the admin view)
+        self.spawned = 0  # children started since the gateway started (for tests and logs)
         self._level_of = level_of
         if isinstance(head, PoolHead):
             head.pool = self

@@ -95,6 +95,9 @@ async def test_each_principal_gets_its_own_child_and_environment() -> None:
         pool = children(gw)
         assert pool["state"] == "ready" and pool["sharing"] == "per-principal"
         assert pool["children"]["ready"] == 0  # nothing is spawned before a principal asks
+        async with client_for(gw, CAROL, gw.server("envs")) as carol_single:
+            # Before any child: the single-backend view still announces lists; carol (no env) sees none.
+            assert (await carol_single.list_tools()).tools == []
         async with client_for(gw, ALICE) as alice, client_for(gw, BOB) as bob:
             a, b = await whoami(alice), await whoami(bob)
             assert a["api_key"] == "alice-key" and a["principal"] == "alice"
