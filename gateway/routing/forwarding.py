@@ -182,6 +182,9 @@ class Forwarder:
         """The caller's own child of a per-principal backend (spawned now if needed: the chain has
         admitted this call; the pool's policy still refuses anonymous callers and principals without
         an environment, and a full pool of busy children)."""
+        load = self._load.forward_call(len(call.session.inflight))
+        if not load.allowed:
+            raise PolicyDenied(load, backend)  # decided before a child is spawned for a call refused anyway
         method = call.event.method
         if method in ("resources/subscribe", "resources/unsubscribe"):
             raise jsonrpc.RpcError(

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 from functools import partial
 from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, strategies as st
 from pydantic import ValidationError
 
 from gateway.admin import REDACTED, redacted
@@ -223,3 +225,50 @@ def test_probe_checks_the_command_and_spawns_no_child(tmp_path: Path, capsys: py
     out = capsys.readouterr().out
     assert "backend found (stdio, required): command found; one child per principal" in out
     assert "backend missing (stdio, required): UNREACHABLE: command 'surely-not-a-command-here' is not found" in out
+
+
+async def test_a_child_that_dies_at_start_fails_its_call_with_the_reason_and_is_reaped() -> None:
+    cfg = Backend.model_validate(
+        {
+            "transport": "stdio",
+            "command": sys.executable,
+            "args": ["-c", "import sys; sys.exit(3)"],
+            "sharing": "per-principal",
+            "principal_env": {"alice": {"API_KEY": "a"}},
+            "idle_s": 0.3,
+        }
+    )
+    pool = make_pool(cfg)
+    await pool.start()
+    try:
+        child = await pool.child(ALICE)
+        assert child.conn.state != "ready" and "code 3" in (child.conn.last_error or "")
+        assert "API_KEY" not in (child.conn.last_error or "")
+        async with asyncio.timeout(5):
+            while pool.existing(ALICE) is not None:  # noqa: ASYNC110 - the reaper has no event to wait on
+                await asyncio.sleep(0.05)
+    finally:
+        await pool.stop()
+
+
+_NAMES = st.text(alphabet="abcdefgh.-_@", min_size=1, max_size=6)
+
+
+@given(
+    envs=st.dictionaries(_NAMES, st.dictionaries(st.sampled_from(["K", "L"]), _NAMES, max_size=2), max_size=4),
+    default=st.none() | st.dictionaries(st.sampled_from(["K", "L"]), st.just("default"), max_size=2),
+    who=_NAMES,
+)
+def test_admission_gives_a_principal_its_own_entry_the_default_or_nothing(
+    envs: dict[str, dict[str, str]], default: dict[str, str] | None, who: str
+) -> None:
+    admission = PoolAdmission("envs", envs, default, None)
+    principal = Principal(who, CapabilitySet(["*"]))
+    decision = admission.admit(principal)
+    if who in envs:
+        assert decision.allowed and admission.env_of(principal) == envs[who]
+    elif default is not None:
+        assert decision.allowed and admission.env_of(principal) == default
+    else:
+        assert not decision.allowed
+    assert not admission.admit(Principal(who, CapabilitySet(["*"]), anonymous=True)).allowed
