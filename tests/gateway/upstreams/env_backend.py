@@ -10,7 +10,9 @@ Newline-delimited JSON-RPC on stdin/stdout, no SDK (it starts in a few milliseco
 - ``only_<principal>``: a tool whose name depends on the child's principal (lists may differ per child);
 - ``ask_roots``: asks the client ``roots/list`` (a server->client request, unrelated on stdio) and
   answers with what came back;
-- ``say``: sends a log line (``notifications/message``) with the given text, then answers.
+- ``say``: sends a log line (``notifications/message``) with the given text, then answers;
+- ``ask_later``: answers at once, then 0.3 s later asks the client ``roots/list`` outside any call;
+  ``whoami`` then reports that answer as ``later``.
 """
 
 from __future__ import annotations
@@ -18,19 +20,24 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from typing import Any
 
 PRINCIPAL = os.environ.get("SWITCHBOARD_PRINCIPAL", "")
 
 
+_WRITE = threading.Lock()  # ask_later writes from a timer thread
+
+
 def send(message: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+    with _WRITE:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
 
 
 def tools() -> list[dict[str, Any]]:
     schema = {"type": "object", "properties": {}}
-    names = ["whoami", "ask_roots", "say"] + ([f"only_{PRINCIPAL}"] if PRINCIPAL else [])
+    names = ["whoami", "ask_roots", "say", "ask_later"] + ([f"only_{PRINCIPAL}"] if PRINCIPAL else [])
     return [{"name": name, "description": name, "inputSchema": schema} for name in names]
 
 
@@ -43,6 +50,7 @@ def main() -> None:
     asked = 0
     level: str | None = None
     roots_changed = 0
+    later: Any = None
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -50,6 +58,9 @@ def main() -> None:
         method = message.get("method")
         rpc_id = message.get("id")
         if method is None:
+            if rpc_id == "later":
+                later = message.get("result", message.get("error"))
+                continue
             caller = waiting.pop(str(rpc_id), None)
             if caller is not None:
                 text(caller, message.get("result", message.get("error")))
@@ -71,12 +82,17 @@ def main() -> None:
             if name == "whoami" or name == f"only_{PRINCIPAL}":
                 me = {"pid": os.getpid(), "api_key": os.environ.get("API_KEY"), "principal": PRINCIPAL, "level": level}
                 me["roots_changed"] = roots_changed
+                me["later"] = later
                 text(rpc_id, me)
             elif name == "ask_roots":
                 asked += 1
                 ours = f"roots-{asked}"
                 waiting[ours] = rpc_id
                 send({"jsonrpc": "2.0", "id": ours, "method": "roots/list"})
+            elif name == "ask_later":
+                text(rpc_id, "later")
+                ask = {"jsonrpc": "2.0", "id": "later", "method": "roots/list"}
+                threading.Timer(0.3, send, (ask,)).start()
             elif name == "say":
                 params = {"level": "warning", "logger": "env", "data": f"{PRINCIPAL} says hi"}
                 send({"jsonrpc": "2.0", "method": "notifications/message", "params": params})

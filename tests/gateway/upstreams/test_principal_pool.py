@@ -128,10 +128,13 @@ async def test_what_a_child_sends_reaches_only_its_principal() -> None:
     asked: list[str] = []
     logs: dict[str, list[str]] = {"alice": [], "bob": []}
     both = asyncio.Event()
+    twice = asyncio.Event()
 
     def roots_for(who: str) -> Any:
         async def list_roots(context: Any) -> types.ListRootsResult:
             asked.append(who)
+            if len(asked) == 2:
+                twice.set()
             return types.ListRootsResult(roots=[types.Root(uri=f"file:///{who}")])
 
         return list_roots
@@ -160,6 +163,18 @@ async def test_what_a_child_sends_reaches_only_its_principal() -> None:
                     break
                 await asyncio.sleep(0.05)
             assert (await whoami(alice))["roots_changed"] == 1 and (await whoami(bob))["roots_changed"] == 0
+            # Outside any call (nothing to relate it to): still alice's session, although bob, who
+            # could answer too, was active more recently (the shared backends' heuristic would pick him).
+            await alice.call_tool("envs__ask_later", {})
+            await whoami(bob)
+            async with asyncio.timeout(10):
+                await twice.wait()
+            assert asked == ["alice", "alice"]
+            for _ in range(100):  # the answer travels back to the child after the callback returned
+                if (await whoami(alice))["later"] is not None:
+                    break
+                await asyncio.sleep(0.05)
+            assert (await whoami(alice))["later"] == {"roots": [{"uri": "file:///alice"}]}
             await alice.call_tool("envs__say", {})
             await bob.call_tool("envs__say", {})
             async with asyncio.timeout(5):
