@@ -105,6 +105,27 @@ def config_warnings(config: Config) -> list[str]:
         for field in sorted(backend.model_fields_set & set(_TRANSPORT_FIELDS)):
             if backend.transport not in _TRANSPORT_FIELDS[field]:
                 warnings.append(f"backends.{name}.{field} is ignored for transport {backend.transport!r}")
+    warnings += _pool_warnings(config)
+    return warnings
+
+
+def _pool_warnings(config: Config) -> list[str]:
+    """per-principal backends (issue 17): entries no principal can use are most likely typos."""
+    jwt = config.auth is not None and config.auth.jwt is not None
+    warnings = []
+    for name, backend in config.backends.items():
+        if backend.sharing != "per-principal":
+            continue
+        if not jwt:  # principals come from the config alone: an unknown name is never anyone
+            for unknown in sorted(set(backend.principal_env) - set(config.principals)):
+                warnings.append(
+                    f"backends.{name}.principal_env.{unknown} names no principal of this config: it is never used"
+                )
+            if not config.principals:
+                warnings.append(
+                    f"backends.{name} runs one child per principal, but only anonymous callers (who never get "
+                    "one) can reach it: configure principals or auth.jwt"
+                )
     return warnings
 
 

@@ -272,3 +272,16 @@ def test_admission_gives_a_principal_its_own_entry_the_default_or_nothing(
     else:
         assert not decision.allowed
     assert not admission.admit(Principal(who, CapabilitySet(["*"]), anonymous=True)).allowed
+
+
+def test_check_warns_about_principal_env_entries_no_principal_can_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "typo.yaml"
+    envs = {"transport": "stdio", "command": "true", "sharing": "per-principal", "principal_env": {"alcie": {"K": "v"}}}
+    path.write_text(yaml.safe_dump({"backends": {"envs": envs}, "principals": {"alice": {"tokens": ["t"]}}}))
+    assert cli_main(["check", "-c", str(path)]) == 0, "warnings do not fail the check"
+    assert "backends.envs.principal_env.alcie names no principal of this config" in capsys.readouterr().err
+    path.write_text(yaml.safe_dump({"backends": {"envs": envs}}))
+    assert cli_main(["check", "-c", str(path)]) == 0
+    assert "only anonymous callers (who never get one) can reach it" in capsys.readouterr().err
