@@ -161,9 +161,15 @@ class Catalog:
         """``principal``'s child's list: empty, spawning nothing, for a principal the pool refuses."""
         if not pool.admit(principal).allowed:
             return []
-        child = await pool.child(principal)  # the list request was admitted by the chain already
+        # The list request was admitted by the chain already. Like every list, it waits only
+        # limits.startup_wait_s for a child still connecting (which then announces list_changed).
+        wait_s = min(self._config.limits.startup_wait_s, pool.config.connect_timeout_s)
+        child = await pool.child(principal, wait_s)
         conn = child.conn
-        if conn.state != "ready" or CAPABILITY_OF[kind] not in conn.capabilities:
+        if conn.state != "ready":
+            child.missed = conn.first_attempt_pending
+            return []
+        if CAPABILITY_OF[kind] not in conn.capabilities:
             return []
         return await self._one(pool.name, kind, conn, child.catalog)
 

@@ -59,9 +59,9 @@ class ChildEvents:
         ]
 
     def on_connected(self, conn: BackendConnection) -> None:
-        self._pool.child_connected(conn)
-        if conn.restarts:
-            # A respawned child may offer other lists than the one its principal saw.
+        if self._pool.child_connected(conn):
+            # A respawned child may offer other lists than the one its principal saw, and a child that
+            # connected after a list was answered without it was not in that list at all.
             self._push_all(conn, [jsonrpc.notification(m) for m in sorted(_LIST_KINDS)])
 
     def on_disconnected(self, conn: BackendConnection, reason: str) -> None:

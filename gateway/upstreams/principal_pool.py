@@ -80,6 +80,7 @@ class PoolChild:
     last_used: float
     waiters: int = 0  # calls waiting for this child's first connection: it is not idle
     level: str | None = None  # the log level it was last told
+    missed: bool = False  # a list was answered without it (still connecting): announce it when it connects
 
     def busy(self) -> bool:
         return self.waiters > 0 or self.conn.inflight > 0
@@ -183,9 +184,10 @@ class PrincipalPool:
     def existing(self, principal: Principal) -> PoolChild | None:
         return self._children.get(principal.name)
 
-    async def child(self, principal: Principal) -> PoolChild:
+    async def child(self, principal: Principal, wait_s: float | None = None) -> PoolChild:
         """``principal``'s child, spawned if needed (raises :class:`PoolRefused`). A fresh child is
-        waited for up to its ``connect_timeout_s``; the caller then checks its state as for any backend."""
+        waited for up to ``wait_s`` (default its ``connect_timeout_s``); the caller then checks its
+        state as for any backend."""
         decision = self.admission.admit(principal)
         if not decision.allowed:
             raise PoolRefused(decision)
@@ -204,7 +206,7 @@ class PrincipalPool:
         if found.conn.first_attempt_pending:
             found.waiters += 1
             try:
-                await found.conn.wait_settled(self.config.connect_timeout_s)
+                await found.conn.wait_settled(self.config.connect_timeout_s if wait_s is None else wait_s)
             finally:
                 found.waiters -= 1
                 found.last_used = time.monotonic()
@@ -271,17 +273,23 @@ class PrincipalPool:
 
     # ---- what the pool reports ----------------------------------------------------------------
 
-    def child_connected(self, conn: BackendConnection) -> None:
-        """A child (re)connected: its lists are fetched again; the head shows the first child's metadata."""
+    def child_connected(self, conn: BackendConnection) -> bool:
+        """A child (re)connected: its lists are fetched again; the head shows the first child's
+        metadata. True when its principal's sessions should be told to list again (it restarted, or a
+        list was answered without it)."""
+        announce = conn.restarts > 0
         for child in self._children.values():
             if child.conn is conn:
                 child.catalog.invalidate()
                 child.level = None  # a respawned child forgot it
                 conn.spawn(self._tell_level(child))
+                announce = announce or child.missed
+                child.missed = False
         if not self.head.init_result:
             self.head.init_result = conn.init_result
             self.head.connected_at = conn.connected_at
         self._publish()
+        return announce
 
     async def sync_levels(self) -> None:
         """Tell each ready child the level its principal's sessions want now (when it changed)."""

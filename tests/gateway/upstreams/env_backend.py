@@ -13,6 +13,8 @@ Newline-delimited JSON-RPC on stdin/stdout, no SDK (it starts in a few milliseco
 - ``say``: sends a log line (``notifications/message``) with the given text, then answers;
 - ``ask_later``: answers at once, then 0.3 s later asks the client ``roots/list`` outside any call;
   ``whoami`` then reports that answer as ``later``.
+
+``ENV_BACKEND_DELAY_S`` in its environment delays its start (a slow server).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import os
 import sys
 import threading
+import time
 from typing import Any
 
 PRINCIPAL = os.environ.get("SWITCHBOARD_PRINCIPAL", "")
@@ -46,6 +49,7 @@ def text(rpc_id: Any, value: Any) -> None:
 
 
 def main() -> None:
+    time.sleep(float(os.environ.get("ENV_BACKEND_DELAY_S", "0")))
     waiting: dict[str, Any] = {}  # our request id -> the tools/call id that waits for its answer
     asked = 0
     level: str | None = None

@@ -29,12 +29,11 @@ ALICE, BOB, CAROL = "alice-token", "bob-token", "carol-token"
 
 
 def env_backend(**extra: Any) -> dict[str, Any]:
-    return stdio_backend(
-        "tests.gateway.upstreams.env_backend",
-        sharing="per-principal",
-        principal_env={"alice": {"API_KEY": "alice-key"}, "bob": {"API_KEY": "bob-key"}},
-        **extra,
-    )
+    fields: dict[str, Any] = {
+        "sharing": "per-principal",
+        "principal_env": {"alice": {"API_KEY": "alice-key"}, "bob": {"API_KEY": "bob-key"}},
+    }
+    return stdio_backend("tests.gateway.upstreams.env_backend", **{**fields, **extra})
 
 
 def config(backend: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -191,6 +190,25 @@ async def test_each_child_is_told_the_log_level_its_principals_sessions_asked_fo
             assert (await whoami(bob))["level"] is None  # bob asked for nothing
             await alice.set_logging_level("debug")  # a change reaches the running child
             assert (await whoami(alice))["level"] == "debug"
+
+
+async def test_a_list_does_not_wait_for_a_slow_child_which_announces_itself_when_ready() -> None:
+    slow = {"alice": {"API_KEY": "alice-key", "ENV_BACKEND_DELAY_S": "1.5"}}
+    changed = asyncio.Event()
+
+    async def on_message(message: object) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.set()
+
+    with run_gateway(config(env_backend(principal_env=slow), limits={"startup_wait_s": 0.2})) as gw:
+        async with client_for(gw, ALICE, message_handler=on_message) as alice:
+            started = time.monotonic()
+            names = {t.name for t in (await alice.list_tools()).tools}
+            assert "demo__echo" in names and "envs__whoami" not in names
+            assert time.monotonic() - started < 1.4  # answered with what was ready
+            async with asyncio.timeout(10):
+                await changed.wait()
+            assert "envs__whoami" in {t.name for t in (await alice.list_tools()).tools}
 
 
 async def test_an_idle_child_is_stopped_and_spawned_again_on_the_next_call() -> None:
