@@ -269,13 +269,12 @@ class Gateway:
         )
         self._twin_events = TwinEvents(backend_events)
         self._client_info = {"name": "switchboard", "version": __version__}
-        self.connections.update((name, self._new_connection(name, cfg)) for name, cfg in config.backends.items())
         for name, cfg in config.backends.items():
-            if cfg.sharing == "per-principal":
-                head = self.connections[name] = PoolHead(
-                    name, cfg, partial(make_carrier, name, cfg, config.limits), self._backend_events, self._client_info
-                )
-                self.pools[name] = self._new_pool(head, cfg)
+            if cfg.sharing == "per-principal":  # issue 17: a pool of children, its head in connections
+                self.pools[name] = pool = self._new_pool(name, cfg)
+                self.connections[name] = pool.head
+            else:
+                self.connections[name] = self._new_connection(name, cfg)
         for name in names:
             self.metrics.backend_up.labels(name).set(0)
         # MCPx topics (gateway/mcpx/: the door is door.py); backends may sit in them as participants.
@@ -314,16 +313,18 @@ class Gateway:
             kernel=self.mgp.kernel,
         )
 
-    def _new_pool(self, head: BackendConnection, cfg: BackendConfig) -> PrincipalPool:
-        """The pool of a per-principal stdio backend (issue 17); ``head`` stays in ``connections``."""
-        admission = PoolAdmission(head.name, cfg.principal_env, cfg.default_env, cfg.principal_env_var)
+    def _new_pool(self, name: str, cfg: BackendConfig) -> PrincipalPool:
+        """The pool of a per-principal stdio backend (issue 17); its head stands for it in ``connections``."""
+        limits = self.config.limits
+        head = PoolHead(name, cfg, partial(make_carrier, name, cfg, limits), self._backend_events, self._client_info)
+        admission = PoolAdmission(name, cfg.principal_env, cfg.default_env, cfg.principal_env_var)
 
-        def connect(name: str, child_cfg: BackendConfig, principal: str) -> BackendConnection:
+        def connect(backend: str, child_cfg: BackendConfig, principal: str) -> BackendConnection:
             # Plain MCP toward a child: no MCPL offer, no MGP kernel, no MCPC handshake (the ADR).
             return BackendConnection(
-                name,
+                backend,
                 child_cfg,
-                partial(make_carrier, name, child_cfg, self.config.limits),
+                partial(make_carrier, backend, child_cfg, limits),
                 ChildEvents(principal, pool, self._backend_events, self.sessions),
                 self._client_info,
                 offer_mcpl=False,
@@ -333,14 +334,14 @@ class Gateway:
             levels = [
                 s.log_level
                 for s in self.sessions
-                if s.log_level and not s.closed and s.principal.name == principal and head.name in s.view.backends
+                if s.log_level and not s.closed and s.principal.name == principal and name in s.view.backends
             ]
             return min(levels, key=level_rank) if levels else None
 
         pool = PrincipalPool(
             head, admission, connect, self.config.federation.list_cache_s, self._children_report, level_of
         )
-        return pool
+        return pool  # connect() above closes over it: each child's events know their pool
 
     def _children_report(self, backend: str, counts: dict[str, int]) -> None:
         for state, count in counts.items():

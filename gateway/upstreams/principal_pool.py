@@ -131,7 +131,7 @@ class PoolHead(BackendConnection):
 class PrincipalPool:
     def __init__(
         self,
-        head: BackendConnection,
+        head: PoolHead,
         admission: PoolAdmission,
         connect: Connect,
         list_cache_s: float,
@@ -151,8 +151,7 @@ class PrincipalPool:
         self._reaper: asyncio.Task[None] | None = None
         self.spawned = 0  # children started since the gateway started (for tests and logs)
         self._level_of = level_of
-        if isinstance(head, PoolHead):
-            head.pool = self
+        head.pool = self
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
