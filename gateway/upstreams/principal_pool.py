@@ -151,6 +151,7 @@ class PrincipalPool:
         self._reaper: asyncio.Task[None] | None = None
         self.spawned = 0  # children started since the gateway started (for tests and logs)
         self._level_of = level_of
+        self._stopped = False  # no child is spawned once stop() began (a call still in flight at shutdown)
         head.pool = self
 
     # ---- lifecycle -----------------------------------------------------------------------------
@@ -165,6 +166,7 @@ class PrincipalPool:
         self._publish()
 
     async def stop(self) -> None:
+        self._stopped = True
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -193,6 +195,8 @@ class PrincipalPool:
         found = self._children.get(principal.name)
         if found is None or found.conn.gave_up:
             async with self._lock:
+                if self._stopped:
+                    raise jsonrpc.RpcError(jsonrpc.BACKEND_UNAVAILABLE, f"backend {self.name}: the gateway is stopping")
                 found = self._children.get(principal.name)
                 if found is not None and found.conn.gave_up:
                     self._retire(found, "its restart budget is spent")

@@ -285,3 +285,12 @@ def test_check_warns_about_principal_env_entries_no_principal_can_use(
     path.write_text(yaml.safe_dump({"backends": {"envs": envs}}))
     assert cli_main(["check", "-c", str(path)]) == 0
     assert "only anonymous callers (who never get one) can reach it" in capsys.readouterr().err
+
+
+async def test_no_child_is_spawned_once_the_pool_stops() -> None:
+    pool = make_pool(backend())
+    await pool.start()
+    await pool.stop()
+    with pytest.raises(Exception, match="stopping"):
+        await pool.child(ALICE)
+    assert pool.spawned == 0
