@@ -79,7 +79,8 @@ class ChildEvents:
         if method == "ping":
             conn.spawn(conn.send(jsonrpc.result(upstream_id, {})))
             return
-        if mgp_strip.is_mgp_only(message):
+        if mgp_strip.is_mgp_only(message) or method in mcpl.SERVER_REQUESTS:
+            # MGP and MCPL are not spoken with per-principal children (the ADR): refused, never relayed.
             self._refuse(conn, upstream_id, f"{method} is not relayed from a per-principal child")
             return
         if not (isinstance(owner, CallSink) and not owner.session.closed):
