@@ -53,7 +53,8 @@ async def client_for(gw: RunningGateway, token: str | None, url: str | None = No
     headers = {"authorization": f"Bearer {token}"} if token else {}
     http = httpx.AsyncClient(headers=headers, timeout=20)
     transport = streamable_http_client(url or gw.mcp, http_client=http)
-    async with http, Client(transport, mode="legacy", read_timeout_seconds=20, **kw) as client:
+    kw.setdefault("mode", "legacy")
+    async with http, Client(transport, read_timeout_seconds=20, **kw) as client:
         yield client
 
 
@@ -120,6 +121,15 @@ async def test_each_principal_gets_its_own_child_and_environment() -> None:
             assert children(gw)["children"]["ready"] == 2
     # Stopping the gateway stops every child.
     assert await gone(a["pid"]) and await gone(b["pid"])
+
+
+async def test_a_modern_client_reaches_its_own_child_too() -> None:
+    with run_gateway(config(env_backend())) as gw:
+        async with client_for(gw, ALICE, mode="auto") as alice, client_for(gw, BOB) as bob:
+            assert alice.protocol_version >= "2026"  # the modern era, through the era bridge
+            a, b = await whoami(alice), await whoami(bob)
+            assert a["api_key"] == "alice-key" and b["api_key"] == "bob-key" and a["pid"] != b["pid"]
+            assert "envs__only_alice" in {t.name for t in (await alice.list_tools()).tools}
 
 
 @pytest.mark.filterwarnings("ignore:The .* capability is deprecated")
