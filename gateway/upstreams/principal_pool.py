@@ -152,6 +152,7 @@ class PrincipalPool:
         self.spawned = 0  # children started since the gateway started (for tests and logs)
         self._level_of = level_of
         self._stopped = False  # no child is spawned once stop() began (a call still in flight at shutdown)
+        self._era: str | None = None  # the first child's, for /readyz
         head.pool = self
 
     # ---- lifecycle -----------------------------------------------------------------------------
@@ -291,6 +292,7 @@ class PrincipalPool:
         if not self.head.init_result:
             self.head.init_result = conn.init_result
             self.head.connected_at = conn.connected_at
+            self._era = conn.era  # shown, not adopted: the head speaks to no one
         self._publish()
         return announce
 
@@ -329,6 +331,7 @@ class PrincipalPool:
     def describe(self) -> dict[str, Any]:
         """For /readyz and the admin view: counts only (principal names are not shown there)."""
         return {
+            "era": self._era,  # the first child's (None before any): the head itself speaks no era
             "sharing": "per-principal",
             "children": self.counts(),
             "max_children": self.config.max_children,

@@ -84,17 +84,23 @@ async def gone(pid: int, timeout_s: float = 10.0) -> bool:
     return True
 
 
-def children(gw: RunningGateway) -> dict[str, Any]:
-    ready = httpx.get(f"{gw.url}/readyz", timeout=5).json()
+async def get(gw: RunningGateway, path: str) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=5) as http:
+        return await http.get(f"{gw.url}{path}")
+
+
+async def children(gw: RunningGateway) -> dict[str, Any]:
+    ready = (await get(gw, "/readyz")).json()
     pool: dict[str, Any] = ready["backends"]["envs"]
     return pool
 
 
 async def test_each_principal_gets_its_own_child_and_environment() -> None:
     with run_gateway(config(env_backend())) as gw:
-        pool = children(gw)
+        pool = await children(gw)
         assert pool["state"] == "ready" and pool["sharing"] == "per-principal"
         assert pool["children"]["ready"] == 0  # nothing is spawned before a principal asks
+        assert pool["era"] is None and pool["max_children"] == 16 and pool["idle_s"] == 300
         async with client_for(gw, CAROL, gw.server("envs")) as carol_single:
             # Before any child: the single-backend view still announces lists; carol (no env) sees none.
             assert (await carol_single.list_tools()).tools == []
@@ -118,7 +124,11 @@ async def test_each_principal_gets_its_own_child_and_environment() -> None:
             # The single-backend view routes to the caller's child too (never prefixed).
             async with client_for(gw, BOB, gw.server("envs")) as bob_single:
                 assert (await whoami(bob_single, "whoami"))["pid"] == b["pid"]
-            assert children(gw)["children"]["ready"] == 2
+            pool = await children(gw)
+            assert pool["children"]["ready"] == 2 and pool["era"] == "legacy" and pool["protocol"]
+            metrics = (await get(gw, "/metrics")).text
+            assert 'switchboard_backend_children{backend="envs",state="ready"} 2.0' in metrics
+            assert 'switchboard_backend_up{backend="envs"} 1.0' in metrics
     # Stopping the gateway stops every child.
     assert await gone(a["pid"]) and await gone(b["pid"])
 
@@ -226,7 +236,7 @@ async def test_an_idle_child_is_stopped_and_spawned_again_on_the_next_call() -> 
         async with client_for(gw, ALICE) as alice:
             first = (await whoami(alice))["pid"]
             assert await gone(first, timeout_s=10)
-            assert children(gw)["children"]["ready"] == 0
+            assert (await children(gw))["children"]["ready"] == 0
             second = (await whoami(alice))["pid"]
             assert second != first and alive(second)
 
@@ -246,7 +256,7 @@ async def test_max_children_stops_the_least_recently_used_idle_child_and_refuses
             a = (await whoami(alice))["pid"]
             b = (await whoami(bob))["pid"]  # alice's idle child makes room
             assert await gone(a)
-            assert children(gw)["children"]["ready"] == 1
+            assert (await children(gw))["children"]["ready"] == 1
             # Alice's new child holds a call in flight (her client holds the roots/list answer).
             held = asyncio.create_task(alice.call_tool("envs__ask_roots", {}))
             async with asyncio.timeout(15):
@@ -273,7 +283,7 @@ async def test_a_principal_without_environment_and_an_anonymous_caller_spawn_not
                     await client.call_tool("envs__whoami", {})
                 assert refused.value.error.code == -32093
                 assert "per principal" in refused.value.error.message
-            pool = children(gw)
+            pool = await children(gw)
             assert sum(pool["children"].values()) == 0
         audit = gw.log()
         assert "alice-key" not in audit and "bob-key" not in audit  # no secret in the log
