@@ -146,6 +146,10 @@ class Backend(_Model):
             bad = sorted({n for n in names if not n or "=" in n or "\0" in n})
             if bad:
                 raise ValueError(f"environment variable names must be non-empty, without '=' or NUL: {bad}")
+            values = [*self.env.values(), *(self.default_env or {}).values()]
+            values += [v for e in self.principal_env.values() for v in e.values()]
+            if any("\0" in v for v in values):
+                raise ValueError("environment values must not contain NUL")  # the value itself is not shown
             return
         given = sorted(self.model_fields_set & {"idle_s", "max_children", "principal_env", "default_env"})
         if given:

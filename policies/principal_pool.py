@@ -10,7 +10,8 @@ own environment (credentials). Handing out a child is a decision like any other,
   named gets ``default_env`` when the operator set one, else is refused. A principal never receives
   another principal's values, whatever the names (no prefix or pattern matching: exact names only);
 - ``principal_env_var`` (default ``SWITCHBOARD_PRINCIPAL``) tells the child whose it is: a name, not
-  a secret, useful to the server's own logs and state;
+  a secret, useful to the server's own logs and state (a name no process environment can hold, empty
+  or with a NUL, as a JWT's claim might be, gets no child);
 - a pool at ``max_children`` with every child busy refuses the caller (``Outcome.OVERLOADED``), never
   queues it and never grows past the bound.
 
@@ -48,6 +49,8 @@ class PoolAdmission:
         """Whether ``principal`` may have a child of this backend (spawned, or reused)."""
         if principal.anonymous:
             return self._refused(principal, "anonymous callers get no child of a per-principal backend")
+        if not principal.name or "\0" in principal.name:
+            return self._refused(principal, "this principal's name cannot be given to a process")
         if principal.name in self._principal_env or self._default_env is not None:
             return ALLOW
         return self._refused(principal, f"no environment is configured for principal {principal.name!r}")

@@ -168,6 +168,8 @@ def test_admission_never_lends_one_principals_environment_to_another() -> None:
     assert admission.env_of(ALICE) == {"API_KEY": "a", "SWITCHBOARD_PRINCIPAL": "alice"}
     assert not admission.admit(BOB).allowed
     assert not admission.admit(Principal("alice", CapabilitySet(["*"]), anonymous=True)).allowed
+    nul = PoolAdmission("envs", {}, {"K": "v"}, "SWITCHBOARD_PRINCIPAL")
+    assert not nul.admit(Principal("eve\0x", CapabilitySet(["*"]))).allowed  # no name a process cannot hold
     lenient = PoolAdmission("envs", {"alice": {"API_KEY": "a"}}, {"API_KEY": "low"}, None)
     assert lenient.admit(BOB).allowed and lenient.env_of(BOB) == {"API_KEY": "low"}
     assert lenient.env_of(ALICE) == {"API_KEY": "a"}
@@ -187,6 +189,10 @@ def test_admission_never_lends_one_principals_environment_to_another() -> None:
         ({"transport": "stdio", "command": "x", "idle_s": 5}, "idle_s only apply"),
         ({"transport": "stdio", "command": "x", "sharing": "per-principal", "default_env": {"A=B": "v"}}, "'A=B'"),
         ({"transport": "stdio", "command": "x", "sharing": "per-principal", "max_children": 0}, "greater than"),
+        (
+            {"transport": "stdio", "command": "x", "sharing": "per-principal", "principal_env": {"a": {"K": "v\0"}}},
+            "must not contain NUL",
+        ),
     ],
 )
 def test_config_errors(fields: dict[str, object], message: str) -> None:
