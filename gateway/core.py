@@ -339,7 +339,13 @@ class Gateway:
             return min(levels, key=level_rank) if levels else None
 
         pool = PrincipalPool(
-            head, admission, connect, self.config.federation.list_cache_s, self._children_report, level_of
+            head,
+            admission,
+            connect,
+            self.config.federation.list_cache_s,
+            self._children_report,
+            level_of,
+            audit=self.audit.record,
         )
         return pool  # connect() above closes over it: each child's events know their pool
 

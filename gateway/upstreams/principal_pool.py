@@ -53,6 +53,8 @@ Connect = Callable[[str, BackendConfig, str], BackendConnection]
 Report = Callable[[str, dict[str, int]], None]
 # The log level a principal's sessions want from this backend (the most verbose they asked), or None.
 LevelOf = Callable[[str], str | None]
+# One audit record (AuditLog.record): an outcome, then fields.
+Audit = Callable[..., None]
 
 _STATES = ("connecting", "ready", "down")
 # What a head announces before any child connected (the children then answer with what they have).
@@ -137,6 +139,7 @@ class PrincipalPool:
         list_cache_s: float,
         report: Report | None = None,
         level_of: LevelOf | None = None,
+        audit: Audit | None = None,
     ) -> None:
         self.head = head
         self.name = head.name
@@ -151,6 +154,7 @@ class PrincipalPool:
         self._reaper: asyncio.Task[None] | None = None
         self.spawned = 0  # children started since the gateway started (for tests and logs)
         self._level_of = level_of
+        self._audit = audit  # who got a process (with its credentials) and when it went: security-relevant
         self._stopped = False  # no child is spawned once stop() began (a call still in flight at shutdown)
         self._era: str | None = None  # the first child's, for /readyz
         head.pool = self
@@ -225,6 +229,8 @@ class PrincipalPool:
         self.spawned += 1
         await conn.start()  # creates the supervisor task (the spawn happens there)
         log.info("backend %s: spawning a child for principal %s", self.name, principal.name)
+        if self._audit is not None:
+            self._audit("child_spawned", principal=principal.name, backend=self.name)
         self._publish()
         return child
 
@@ -249,6 +255,8 @@ class PrincipalPool:
         if conn in self._closing:
             return
         log.info("backend %s: stopping the child of principal %s: %s", self.name, child.principal, reason)
+        if self._audit is not None:
+            self._audit("child_stopped", principal=child.principal, backend=self.name, reason=reason)
         task = asyncio.create_task(self._close(conn), name=f"pool-close-{self.name}")
         self._closing[conn] = task
         self._publish()

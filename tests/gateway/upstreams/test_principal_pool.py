@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -231,14 +232,20 @@ async def test_a_list_does_not_wait_for_a_slow_child_which_announces_itself_when
             assert "envs__whoami" in {t.name for t in (await alice.list_tools()).tools}
 
 
-async def test_an_idle_child_is_stopped_and_spawned_again_on_the_next_call() -> None:
-    with run_gateway(config(env_backend(idle_s=0.5))) as gw:
+async def test_an_idle_child_is_stopped_and_spawned_again_on_the_next_call(tmp_path: Path) -> None:
+    audit = tmp_path / "audit.jsonl"
+    with run_gateway(config(env_backend(idle_s=0.5), audit={"file": str(audit)})) as gw:
         async with client_for(gw, ALICE) as alice:
             first = (await whoami(alice))["pid"]
             assert await gone(first, timeout_s=10)
             assert (await children(gw))["children"]["ready"] == 0
             second = (await whoami(alice))["pid"]
             assert second != first and alive(second)
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    pool = [(r["outcome"], r["principal"], r.get("reason")) for r in records if r["outcome"].startswith("child_")]
+    spawned, stopped = ("child_spawned", "alice", None), ("child_stopped", "alice", "idle for 0.5s")
+    assert pool[:3] == [spawned, stopped, spawned]
+    assert "alice-key" not in audit.read_text()  # who got a process is recorded, never its secrets
 
 
 async def test_max_children_stops_the_least_recently_used_idle_child_and_refuses_when_all_are_busy() -> None:
