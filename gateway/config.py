@@ -287,6 +287,13 @@ class Config(_Model):
             unknown = [n for n in spec.participants if n not in self.backends]
             if unknown:
                 raise ValueError(f"mcpx.topics.{topic}.participants: no backend named {', '.join(unknown)}")
+            # issue 17: a per-principal backend acts only for a principal, and a topic participant for none.
+            pooled = [n for n in spec.participants if self.backends[n].sharing == "per-principal"]
+            if pooled:
+                raise ValueError(
+                    f"mcpx.topics.{topic}.participants: {', '.join(pooled)} runs one process per principal "
+                    "(sharing: per-principal) and cannot sit in a topic"
+                )
         self._mgp_references()
         return self
 

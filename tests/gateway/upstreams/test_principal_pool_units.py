@@ -200,6 +200,12 @@ def test_config_errors(fields: dict[str, object], message: str) -> None:
         Backend.model_validate(fields)
 
 
+def test_a_per_principal_backend_cannot_sit_in_an_mcpx_topic() -> None:
+    envs = {"transport": "stdio", "command": "x", "sharing": "per-principal"}
+    with pytest.raises(ValidationError, match="runs one process per principal"):
+        Config.model_validate({"backends": {"envs": envs}, "mcpx": {"topics": {"t": {"participants": ["envs"]}}}})
+
+
 def test_check_explains_a_per_principal_backend_over_http(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "pool.yaml"
     path.write_text(
