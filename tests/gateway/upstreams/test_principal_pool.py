@@ -209,8 +209,10 @@ async def test_each_child_is_told_the_log_level_its_principals_sessions_asked_fo
             await alice.set_logging_level("error")  # before alice has a child: told when it connects
             assert (await whoami(alice))["level"] == "error"
             assert (await whoami(bob))["level"] is None  # bob asked for nothing
-            await alice.set_logging_level("debug")  # a change reaches the running child
-            assert (await whoami(alice))["level"] == "debug"
+            await bob.set_logging_level("debug")  # the most verbose level overall from now on
+            assert (await whoami(bob))["level"] == "debug"
+            await alice.set_logging_level("info")  # alice's own level still reaches her child
+            assert (await whoami(alice))["level"] == "info"
 
 
 async def test_a_list_does_not_wait_for_a_slow_child_which_announces_itself_when_ready() -> None:
