@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from gateway.reload_status import ReloadStatus
     from gateway.replicas.owner_relay import OwnerRelay
     from gateway.sessions import SessionStore
+    from gateway.upstreams.principal_pool import PrincipalPool
     from policies.auth import PrincipalRegistry
     from policies.pinning import PinStore
 
@@ -72,6 +73,7 @@ class AdminApi:
         reload_status: ReloadStatus,
         share_principal: Callable[[str, PrincipalConfig | None], Awaitable[None]] | None = None,
         relay: OwnerRelay | None = None,
+        pools: Mapping[str, PrincipalPool] | None = None,
     ) -> None:
         self._auth = auth  # asked on every call: a config reload replaces it
         self._principals = principals
@@ -87,6 +89,7 @@ class AdminApi:
         self._relay = relay  # many replicas: an answer for a request another replica holds runs there
         self._config = config  # asked on every call: a reload replaces the gateway's config
         self._reload_status = reload_status
+        self._pools = pools if pools is not None else {}  # per-principal stdio backends (issue 17)
 
     def routes(self) -> list[Route]:
         return [
@@ -99,6 +102,7 @@ class AdminApi:
             Route("/admin/principals/{name}/capabilities", self.change_capabilities, methods=["POST"]),
             Route("/admin/pins", self.list_pins, methods=["GET"]),
             Route("/admin/mcpl", self.mcpl_state, methods=["GET"]),
+            Route("/admin/pools", self.pools_state, methods=["GET"]),
             Route("/admin/pins/{backend}/{tool}/approve", self.approve_pin, methods=["POST"]),
             Route("/admin/mgp/permissions", self.mgp_permissions, methods=["GET"]),
             Route("/admin/mgp/permissions/{request_id}", self.answer_mgp_permissions, methods=["POST"]),
@@ -230,6 +234,15 @@ class AdminApi:
         if (refused := self._authorized(request)) is not None:
             return refused
         return JSONResponse(self._mcpl.snapshot())
+
+    async def pools_state(self, request: Request) -> Response:
+        """Per-principal stdio backends: each child by principal (names only here, behind the admin
+        token; /readyz shows counts), its state, calls in flight and idle time. Never its environment."""
+        if (refused := self._authorized(request)) is not None:
+            return refused
+        return JSONResponse(
+            {name: {**pool.describe(), "by_principal": pool.detail()} for name, pool in self._pools.items()}
+        )
 
     async def list_pins(self, request: Request) -> Response:
         if (refused := self._authorized(request)) is not None:

@@ -346,6 +346,20 @@ class PrincipalPool:
             "idle_s": self.config.idle_s,
         }
 
+    def detail(self) -> dict[str, dict[str, Any]]:
+        """Each child by principal name, for the admin API only (least recently used first)."""
+        now = time.monotonic()
+        return {
+            child.principal: {
+                "state": child.conn.state,
+                "inflight": child.conn.inflight,
+                "idle_s": 0.0 if child.busy() else round(now - child.last_used, 3),
+                "restarts": child.conn.restarts,
+                "error": child.conn.last_error,
+            }
+            for child in self._children.values()
+        }
+
     def _publish(self) -> None:
         if self._report is not None:
             self._report(self.name, self.counts())

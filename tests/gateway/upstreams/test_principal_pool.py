@@ -27,6 +27,7 @@ from tests.support import RunningGateway, run_gateway, stdio_backend
 pytestmark = [pytest.mark.timeout(60)]
 
 ALICE, BOB, CAROL = "alice-token", "bob-token", "carol-token"
+ADMIN = "admin-token"
 
 
 def env_backend(**extra: Any) -> dict[str, Any]:
@@ -45,6 +46,7 @@ def config(backend: dict[str, Any], **extra: Any) -> dict[str, Any]:
             "bob": {"tokens": [BOB], "capabilities": ["mcp/*"]},
             "carol": {"tokens": [CAROL], "capabilities": ["mcp/*"]},
         },
+        "auth": {"admin_token": ADMIN},
         **extra,
     }
 
@@ -85,8 +87,9 @@ async def gone(pid: int, timeout_s: float = 10.0) -> bool:
     return True
 
 
-async def get(gw: RunningGateway, path: str) -> httpx.Response:
-    async with httpx.AsyncClient(timeout=5) as http:
+async def get(gw: RunningGateway, path: str, token: str | None = None) -> httpx.Response:
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    async with httpx.AsyncClient(timeout=5, headers=headers) as http:
         return await http.get(f"{gw.url}{path}")
 
 
@@ -130,6 +133,11 @@ async def test_each_principal_gets_its_own_child_and_environment() -> None:
             metrics = (await get(gw, "/metrics")).text
             assert 'switchboard_backend_children{backend="envs",state="ready"} 2.0' in metrics
             assert 'switchboard_backend_up{backend="envs"} 1.0' in metrics
+            # Who has a process: behind the admin token only, never with its environment.
+            assert (await get(gw, "/admin/pools")).status_code == 401
+            admin = (await get(gw, "/admin/pools", ADMIN)).json()["envs"]
+            assert set(admin["by_principal"]) == {"alice", "bob"} and admin["children"]["ready"] == 2
+            assert admin["by_principal"]["alice"]["state"] == "ready" and "key" not in json.dumps(admin)
     # Stopping the gateway stops every child.
     assert await gone(a["pid"]) and await gone(b["pid"])
 
