@@ -4,7 +4,8 @@ Lists are merged per view under the federation rules (gateway/federation.py) fro
 cached list; a list shows only the items whose call the caller may make, and (with pinning
 enforced) no tool whose definition changed. Resolution maps a name or URI as the client sees it
 back to ``(backend, the backend's own name or URI)``; a name two backends offer is never resolved
-silently.
+silently. A ``sharing: per-principal`` backend has no list of its own: a caller's merge holds its own
+child's lists (each child caches its own), is never stored on the view, and resolves that caller's names.
 """
 
 from __future__ import annotations

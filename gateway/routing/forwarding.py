@@ -14,7 +14,9 @@ A ``tools/call`` that involves MCPC (a backend that speaks it, or an MCPC client
 and settled by gateway/mcpc/calls.py: held until its task ends, answered with ``created`` and
 callbacks, or run by the gateway as a task. Every call is timed (``mcp.client.operation.duration``);
 with tracing on it is a CLIENT span whose W3C context goes to the backend in ``params._meta`` (and
-in the HTTP headers of an HTTP backend's request), gateway/telemetry/.
+in the HTTP headers of an HTTP backend's request), gateway/telemetry/. A call to a ``sharing:
+per-principal`` backend goes to the caller's own child (gateway/upstreams/principal_pool.py), spawned
+only now that the chain admitted the call, and only if the pool's policy admits the caller.
 """
 
 from __future__ import annotations
