@@ -224,7 +224,7 @@ async def test_each_child_is_told_the_log_level_its_principals_sessions_asked_fo
 
 
 async def test_a_list_does_not_wait_for_a_slow_child_which_announces_itself_when_ready() -> None:
-    slow = {"alice": {"API_KEY": "alice-key", "ENV_BACKEND_DELAY_S": "1.5"}}
+    slow = {"alice": {"API_KEY": "alice-key", "ENV_BACKEND_DELAY_S": "3"}}
     changed = asyncio.Event()
 
     async def on_message(message: object) -> None:
@@ -233,10 +233,8 @@ async def test_a_list_does_not_wait_for_a_slow_child_which_announces_itself_when
 
     with run_gateway(config(env_backend(principal_env=slow), limits={"startup_wait_s": 0.2})) as gw:
         async with client_for(gw, ALICE, message_handler=on_message) as alice:
-            started = time.monotonic()
             names = {t.name for t in (await alice.list_tools()).tools}
-            assert "demo__echo" in names and "envs__whoami" not in names
-            assert time.monotonic() - started < 1.4  # answered with what was ready
+            assert "demo__echo" in names and "envs__whoami" not in names  # answered with what was ready
             async with asyncio.timeout(10):
                 await changed.wait()
             assert "envs__whoami" in {t.name for t in (await alice.list_tools()).tools}
