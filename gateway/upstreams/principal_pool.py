@@ -215,6 +215,10 @@ class PrincipalPool:
             found.waiters += 1
             try:
                 await found.conn.wait_settled(self.config.connect_timeout_s if wait_s is None else wait_s)
+                if found.conn.state == "ready":
+                    # Its principal's log level before its first call (on_connected's telling may come
+                    # after this waiter resumes; whichever runs first tells it, once).
+                    await self._tell_level(found)
             finally:
                 found.waiters -= 1
                 found.last_used = time.monotonic()
