@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from gateway.reload_status import ReloadStatus
     from gateway.replicas.owner_relay import OwnerRelay
     from gateway.sessions import SessionStore
+    from gateway.upstreams.principal_pool import PrincipalPool
     from policies.auth import PrincipalRegistry
     from policies.pinning import PinStore
 
@@ -73,6 +74,7 @@ class AdminApi:
         reload_status: ReloadStatus,
         share_principal: Callable[[str, PrincipalConfig | None], Awaitable[None]] | None = None,
         relay: OwnerRelay | None = None,
+        pools: Mapping[str, PrincipalPool] | None = None,
     ) -> None:
         self._auth = auth  # asked on every call: a config reload replaces it
         self._principals = principals
@@ -88,6 +90,7 @@ class AdminApi:
         self._relay = relay  # many replicas: an answer for a request another replica holds runs there
         self._config = config  # asked on every call: a reload replaces the gateway's config
         self._reload_status = reload_status
+        self._pools = pools if pools is not None else {}  # per-principal stdio backends (issue 17)
 
     def routes(self) -> list[Route]:
         return [
@@ -100,6 +103,7 @@ class AdminApi:
             Route("/admin/principals/{name}/capabilities", self.change_capabilities, methods=["POST"]),
             Route("/admin/pins", self.list_pins, methods=["GET"]),
             Route("/admin/mcpl", self.mcpl_state, methods=["GET"]),
+            Route("/admin/pools", self.pools_state, methods=["GET"]),
             Route("/admin/pins/{backend}/{tool}/approve", self.approve_pin, methods=["POST"]),
             Route("/admin/mgp/permissions", self.mgp_permissions, methods=["GET"]),
             Route("/admin/mgp/permissions/{request_id}", self.answer_mgp_permissions, methods=["POST"]),
@@ -245,6 +249,15 @@ class AdminApi:
             return refused
         return JSONResponse(self._mcpl.snapshot())
 
+    async def pools_state(self, request: Request) -> Response:
+        """Per-principal stdio backends: each child by principal (names only here, behind the admin
+        token; /readyz shows counts), its state, calls in flight and idle time. Never its environment."""
+        if (refused := self._authorized(request)) is not None:
+            return refused
+        return JSONResponse(
+            {name: {**pool.describe(), "by_principal": pool.detail()} for name, pool in self._pools.items()}
+        )
+
     async def list_pins(self, request: Request) -> Response:
         if (refused := self._authorized(request)) is not None:
             return refused
@@ -334,7 +347,14 @@ _SECRET_NAME = re.compile(r"secret|password|token|key", re.IGNORECASE)
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#@]*@")
 _QUERY_PAIR = re.compile(r"([?&;])([^=&;#]*)=([^&;#]*)")
 # Maps whose every value is a credential, whatever its key: a backend's headers and environment.
-_SECRET_MAPS = frozenset({("backends", "*", "headers"), ("backends", "*", "env")})
+_SECRET_MAPS = frozenset(
+    {
+        ("backends", "*", "headers"),
+        ("backends", "*", "env"),
+        ("backends", "*", "principal_env"),  # issue 17: every principal's child environment
+        ("backends", "*", "default_env"),
+    }
+)
 # Header maps of a backend's upstream auth (issue 17: static headers, per-principal and connection headers).
 _AUTH_HEADER_MAPS = frozenset({"headers", "principals", "default", "connection"})
 

@@ -202,6 +202,7 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
         relay=gw.replicas.relay,
         config=lambda: gw.config,
         reload_status=gw.reload_status,
+        pools=gw.pools,
     )
     routes = [
         *admin.routes(),

@@ -131,7 +131,28 @@ def config_warnings(config: Config) -> list[str]:
     from gateway.upstreams.egress import egress_problems
 
     warnings.extend(egress_problems(config.egress, config.backends)[1])  # tls.verify: false (issue 17)
+    warnings += _pool_warnings(config)
     return warnings + auth_warnings(config.auth)
+
+
+def _pool_warnings(config: Config) -> list[str]:
+    """per-principal backends (issue 17): entries no principal can use are most likely typos."""
+    jwt = config.auth is not None and config.auth.jwt is not None
+    warnings = []
+    for name, backend in config.backends.items():
+        if backend.sharing != "per-principal":
+            continue
+        if not jwt:  # principals come from the config alone: an unknown name is never anyone
+            for unknown in sorted(set(backend.principal_env) - set(config.principals)):
+                warnings.append(
+                    f"backends.{name}.principal_env.{unknown} names no principal of this config: it is never used"
+                )
+            if not config.principals:
+                warnings.append(
+                    f"backends.{name} runs one child per principal, but only anonymous callers (who never get "
+                    "one) can reach it: configure principals or auth.jwt"
+                )
+    return warnings
 
 
 def _seconds(text: str) -> float:

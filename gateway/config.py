@@ -302,6 +302,15 @@ class Config(_Model):
                 raise ValueError(
                     f"mcpx.topics.{topic}.participants: no backend or virtual server named {', '.join(unknown)}"
                 )
+            # issue 17: a per-principal backend acts only for a principal, and a topic participant for none.
+            pooled = [
+                n for n in spec.participants if n in self.backends and self.backends[n].sharing == "per-principal"
+            ]
+            if pooled:
+                raise ValueError(
+                    f"mcpx.topics.{topic}.participants: {', '.join(pooled)} runs one process per principal "
+                    "(sharing: per-principal) and cannot sit in a topic"
+                )
         self._mgp_references()
         return self
 

@@ -109,6 +109,42 @@ class Backend(_Model):
         "/servers/NAME/... (default: the gateway's base + /servers/NAME/mcp).",
     )
 
+    # per-principal stdio children (issue 17)
+    sharing: Literal["shared", "per-principal"] = Field(
+        "shared",
+        description="stdio: shared (one child for every client, the default) or per-principal (one child per "
+        "authenticated principal, spawned only after the policy chain admitted that principal's call or list, "
+        "with its own environment from principal_env; anonymous callers never get one). See docs/adr "
+        "(per-principal stdio pool).",
+    )
+    idle_s: float = Field(
+        300.0,
+        gt=0,
+        description="per-principal: a child with no call in flight for this many seconds is stopped (stdin closed, "
+        "then SIGTERM, then SIGKILL of its process group); the next call spawns it again.",
+    )
+    max_children: int = Field(
+        16,
+        ge=1,
+        description="per-principal: most children alive at once. Beyond it the least recently used child with no "
+        "call in flight is stopped; when every child is busy the caller is refused (-32094), never queued.",
+    )
+    principal_env: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        description="per-principal: extra environment of each principal's child, by principal name, on top of "
+        "env (e.g. {alice: {API_KEY: '${ALICE_KEY}'}}). A principal without an entry gets default_env, or no "
+        "child at all when default_env is null: never another principal's values. Redacted in /admin/config.",
+    )
+    default_env: dict[str, str] | None = Field(
+        None,
+        description="per-principal: the environment of the child of a principal that principal_env does not "
+        "name; null (the default) refuses such principals (-32093).",
+    )
+    principal_env_var: str | None = Field(
+        "SWITCHBOARD_PRINCIPAL",
+        description="per-principal: the variable that tells a child whose it is (the principal's name); null: not set.",
+    )
+
     @field_validator("url")
     @classmethod
     def _url_scheme(cls, value: str | None, info: ValidationInfo) -> str | None:
@@ -118,10 +154,38 @@ class Backend(_Model):
             raise ValueError(f"url for transport '{info.data['transport']}' must start with {' or '.join(schemes)}")
         return value
 
+    @field_validator("sharing")
+    @classmethod
+    def _sharing_transport(cls, value: str, info: ValidationInfo) -> str:
+        # A field validator, so that `switchboard check` points at the sharing line (issue 17).
+        transport = info.data.get("transport")
+        if value == "per-principal" and transport is not None and transport != "stdio":
+            raise ValueError(f"sharing 'per-principal' needs transport 'stdio' (not '{transport}')")
+        return value
+
     @model_validator(mode="after")
     def _transport_fields(self) -> Backend:
         if self.transport == "stdio" and not self.command:
             raise ValueError("transport 'stdio' needs 'command'")
         if self.transport in _URL_SCHEMES and not self.url:
             raise ValueError(f"transport '{self.transport}' needs 'url'")
+        self._sharing_fields()
         return self
+
+    def _sharing_fields(self) -> None:
+        """per-principal (issue 17): only over stdio, and its fields only with it."""
+        if self.sharing == "per-principal":
+            names = [*self.env, *(self.default_env or {}), *(k for e in self.principal_env.values() for k in e)]
+            if self.principal_env_var:
+                names.append(self.principal_env_var)
+            bad = sorted({n for n in names if not n or "=" in n or "\0" in n})
+            if bad:
+                raise ValueError(f"environment variable names must be non-empty, without '=' or NUL: {bad}")
+            values = [*self.env.values(), *(self.default_env or {}).values()]
+            values += [v for e in self.principal_env.values() for v in e.values()]
+            if any("\0" in v for v in values):
+                raise ValueError("environment values must not contain NUL")  # the value itself is not shown
+            return
+        given = sorted(self.model_fields_set & {"idle_s", "max_children", "principal_env", "default_env"})
+        if given:
+            raise ValueError(f"{', '.join(given)} only apply with sharing 'per-principal' (this backend is shared)")

@@ -36,9 +36,10 @@ from gateway.routing.catalog import Catalog
 from gateway.routing.client_messages import ClientMessages
 from gateway.routing.forwarding import Forwarder
 from gateway.routing.levels import BackendLevels
+from gateway.routing.pool_events import ChildEvents
 from gateway.routing.subscriptions import Subscriptions
 from gateway.runtime_backends import RuntimeBackends
-from gateway.sessions import ClientSession, SessionStore
+from gateway.sessions import ClientSession, SessionStore, level_rank
 from gateway.telemetry import server_observer, tracing_from_config
 from gateway.telemetry.observe import audit_tap
 from gateway.transports.http_common import Scope, header, query_token
@@ -53,6 +54,7 @@ from gateway.upstreams.egress import (
     configure_control_plane,
     control_plane_egress,
 )
+from gateway.upstreams.principal_pool import PoolHead, PrincipalPool
 from gateway.virtual_servers import VirtualView, door_names
 from policies import CapabilityPolicy, Decision, PolicyChain, Principal
 from policies.arguments import ArgumentValidationPolicy
@@ -70,6 +72,7 @@ from policies.mgp_permissions import MgpPermissionPolicy
 from policies.mgp_reserved import MgpReservedNamePolicy
 from policies.mgp_validation import MgpValidatorPolicy
 from policies.pinning import PinningPolicy, PinStore
+from policies.principal_pool import PoolAdmission
 from policies.ratelimit import RateLimitPolicy
 from policies.scope_elevation import ScopeElevationPolicy
 from policies.scopes import ScopePolicy
@@ -167,6 +170,8 @@ class Gateway:
             name: VirtualView(name, server, fed.separator, config.backends.__contains__, door_names(self.federated))
             for name, server in config.virtual_servers.items()
         }
+        # per-principal stdio backends (issue 17): their entry in connections is the pool's head.
+        self.pools: dict[str, PrincipalPool] = {}
         self.server_identity = ServerIdentity(self.connections, self.federated)  # what clients are told
         self.mcpl = McplRelay(
             config=config.mcpl,
@@ -180,7 +185,9 @@ class Gateway:
             load=self.load,
             tracing=self.tracing,
         )
-        self.catalog = Catalog(self.connections, self.catalogs, self.pins, self.chain, self.metrics, config)
+        self.catalog = Catalog(
+            self.connections, self.catalogs, self.pins, self.chain, self.metrics, config, pools=self.pools
+        )
         self.subscriptions = Subscriptions(self.connections, self.sessions)
         levels = BackendLevels(self.connections, self.sessions)
         # Backends registered at runtime (MGP §15) join and leave through here.
@@ -259,6 +266,7 @@ class Gateway:
                 metrics=self.metrics,
                 tracing=self.tracing,
                 upstream=self.upstream_auth,
+                pools=self.pools,
             ),
             client_messages=self.client_messages,
             levels=levels,
@@ -288,7 +296,12 @@ class Gateway:
         )
         self._twin_events = TwinEvents(backend_events)
         self._client_info = {"name": "switchboard", "version": __version__}
-        self.connections.update((name, self._new_connection(name, cfg)) for name, cfg in config.backends.items())
+        for name, cfg in config.backends.items():
+            if cfg.sharing == "per-principal":  # issue 17: a pool of children, its head in connections
+                self.pools[name] = pool = self._new_pool(name, cfg)
+                self.connections[name] = pool.head
+            else:
+                self.connections[name] = self._new_connection(name, cfg)
         for name in names:
             self.metrics.backend_up.labels(name).set(0)
         # MCPx topics (gateway/mcpx/: the door is door.py); backends may sit in them as participants.
@@ -337,6 +350,47 @@ class Gateway:
             prepare=provider.prepare if provider is not None else None,
         )
 
+    def _new_pool(self, name: str, cfg: BackendConfig) -> PrincipalPool:
+        """The pool of a per-principal stdio backend (issue 17); its head stands for it in ``connections``."""
+        limits = self.config.limits
+        head = PoolHead(name, cfg, partial(make_carrier, name, cfg, limits), self._backend_events, self._client_info)
+        admission = PoolAdmission(name, cfg.principal_env, cfg.default_env, cfg.principal_env_var)
+
+        def connect(backend: str, child_cfg: BackendConfig, principal: str) -> BackendConnection:
+            # Plain MCP toward a child: no MCPL offer, no MGP kernel, no MCPC handshake (the ADR).
+            return BackendConnection(
+                backend,
+                child_cfg,
+                partial(make_carrier, backend, child_cfg, limits),
+                ChildEvents(principal, pool, self._backend_events, self.sessions),
+                self._client_info,
+                offer_mcpl=False,
+            )
+
+        def level_of(principal: str) -> str | None:
+            levels = [
+                s.log_level
+                for s in self.sessions
+                if s.log_level and not s.closed and s.principal.name == principal and name in s.view.backends
+            ]
+            return min(levels, key=level_rank) if levels else None
+
+        pool = PrincipalPool(
+            head,
+            admission,
+            connect,
+            self.config.federation.list_cache_s,
+            self._children_report,
+            level_of,
+            audit=self.audit.record,
+        )
+        return pool  # connect() above closes over it: each child's events know their pool
+
+    def _children_report(self, backend: str, counts: dict[str, int]) -> None:
+        for state, count in counts.items():
+            self.metrics.backend_children.labels(backend, state).set(count)
+        self.metrics.backend_up.labels(backend).set(1 if counts.get("ready") else 0)
+
     def _backend_lost(self, conn: BackendConnection, reason: str) -> None:
         """A backend leaves on purpose (deregistered, drained): clients hear it as a lost backend."""
         self._backend_events.on_disconnected(conn, reason)
@@ -366,8 +420,9 @@ class Gateway:
         await self.mgp_access_store.start()
         if self.authenticator.jwt is not None and self.authenticator.jwt.config.jwks_url:
             await self.authenticator.jwt.refresh()
-        for conn in self.connections.values():
-            await conn.start()
+        for name, conn in self.connections.items():
+            pool = self.pools.get(name)
+            await (pool.start() if pool is not None else conn.start())
         self.mgp.start()
         self.sessions.start()
         await self.replicas.start()
@@ -381,6 +436,7 @@ class Gateway:
         await self.topic_backends.stop()
         await self.replicas.stop()
         await self.sessions.stop()
+        await asyncio.gather(*(pool.stop() for pool in self.pools.values()), return_exceptions=True)
         await asyncio.gather(*(conn.close() for conn in self.connections.values()), return_exceptions=True)
         await self.affinity.close()
         await self.upstream_auth.close()
@@ -400,6 +456,7 @@ class Gateway:
                 "protocol": conn.protocol_version if conn.state == "ready" else None,
                 "error": conn.last_error,
                 **({"legacy_path": path} if (path := self.affinity.describe(name)) is not None else {}),
+                **(self.pools[name].describe() if name in self.pools else {}),
             }
             for name, conn in self.connections.items()
         }

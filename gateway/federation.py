@@ -203,7 +203,9 @@ class View:
         self.merged = {}
         self._reported = set()
 
-    def merge(self, kind: ListKind, per_backend: list[tuple[str, list[dict[str, Any]]]]) -> Merged:
+    def merge(self, kind: ListKind, per_backend: list[tuple[str, list[dict[str, Any]]]], store: bool = True) -> Merged:
+        """The items of ``per_backend`` under the view's names; kept as the view's list unless
+        ``store`` is false (a merge that holds one principal's lists, gateway/routing/catalog.py)."""
         key = KEY_OF[kind]
         # Lists fetched while the set changed: a backend no longer in the view is never merged.
         per_backend = [(backend, items) for backend, items in per_backend if backend in self.backends]
@@ -233,7 +235,8 @@ class View:
                     ", ".join(backends),
                     self.collision_hint,
                 )
-        self.merged[kind] = merged
+        if store:
+            self.merged[kind] = merged
         return merged
 
 

@@ -52,6 +52,13 @@ class Metrics:
         self.backend_inflight = Gauge(
             "switchboard_backend_inflight", "Requests waiting on a backend.", ["backend"], registry=r
         )
+        # per-principal stdio backends (issue 17): their children, by state (connecting, ready, down, stopping).
+        self.backend_children = Gauge(
+            "switchboard_backend_children",
+            "Children of a per-principal stdio backend, by state.",
+            ["backend", "state"],
+            registry=r,
+        )
         self.dropped_clients = Counter(
             "switchboard_slow_clients_dropped_total",
             "Streams closed because the client could not keep up.",

@@ -30,6 +30,7 @@ from gateway import jsonrpc
 from gateway.bus import MemoryBus
 from gateway.config import AuditConfig, BusConfig, Config
 from gateway.federation import CAPABILITY_OF, LIST_METHODS, BackendCatalog, ListKind
+from gateway.upstreams.principal_pool import PoolHead
 
 if TYPE_CHECKING:
     from gateway.core import Gateway
@@ -55,6 +56,7 @@ class BackendReport:
     dialects: dict[str, dict[str, Any]] = field(default_factory=dict)  # MCPL / MGP / MCPC -> details
     counts: dict[str, int] = field(default_factory=dict)  # by list kind (tools, prompts, ...)
     list_errors: dict[str, str] = field(default_factory=dict)  # a list the backend announces but failed
+    sharing: str = "shared"  # per-principal (issue 17): its command is checked, no child is spawned
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -68,12 +70,15 @@ class BackendReport:
             "dialects": self.dialects,
             "counts": self.counts,
             "list_errors": self.list_errors,
+            "sharing": self.sharing,
         }
 
     def lines(self) -> list[str]:
         head = f"backend {self.name} ({self.transport}{', required' if self.required else ''}): "
         if not self.reachable:
             return [head + f"UNREACHABLE: {self.error}"]
+        if self.sharing == "per-principal":
+            return [head + "command found; one child per principal, spawned on demand (not probed: no principal)"]
         server = " ".join(str(self.server.get(k)) for k in ("name", "version") if self.server.get(k))
         lines = [
             head + f"reachable, {self.era} era (protocol {self.protocol})" + (f", server {server}" if server else "")
@@ -178,6 +183,10 @@ async def _backend(
     cfg = conn.config
     report = BackendReport(conn.name, cfg.transport, cfg.required)
     lists: dict[ListKind, list[dict[str, Any]]] = {}
+    if isinstance(conn, PoolHead):
+        # A child runs as someone (its principal's environment): the probe is no one, so it spawns none.
+        report.sharing, report.reachable, report.error = "per-principal", conn.state == "ready", conn.last_error
+        return report, lists
     # The first attempt's end (ready or failed), not readiness: a refused connection is reported at
     # once instead of after the timeout (the connection would go on retrying with backoff).
     settled = await conn.wait_settled(timeout_s)

@@ -141,7 +141,9 @@ class VirtualView(View):
     def expose(self, kind: ListKind, backend: str, item: dict[str, Any]) -> dict[str, Any]:
         return self.selection.exposed(kind, backend, item)
 
-    def merge(self, kind: ListKind, per_backend: list[tuple[str, list[dict[str, Any]]]]) -> Merged:
+    def merge(self, kind: ListKind, per_backend: list[tuple[str, list[dict[str, Any]]]], store: bool = True) -> Merged:
+        """The selection of ``per_backend``'s lists; kept as the view's merge unless ``store`` is false (one
+        principal's lists of a per-principal backend, gateway/routing/catalog.py)."""
         key = KEY_OF[kind]
         owners: dict[str, list[tuple[str, dict[str, Any], str]]] = {}
         for backend, items in per_backend:
@@ -174,7 +176,8 @@ class VirtualView(View):
                     ", ".join(sources),
                     self.collision_hint,
                 )
-        self.merged[kind] = merged
+        if store:
+            self.merged[kind] = merged
         return merged
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from adapters.mgp import names as mgp_names
 from gateway import jsonrpc
+from gateway.upstreams.principal_pool import PoolHead
 
 if TYPE_CHECKING:
     from gateway.events import Event
@@ -81,9 +82,11 @@ class ClientMessages:
             return
         # Everything else (roots/list_changed, extension notifications) goes to every backend it may concern.
         for name in session.view.backends:
-            conn = self._connections[name]
-            if conn.state == "ready":
-                conn.spawn(conn.send(event.payload))
+            head = self._connections[name]
+            # per-principal: the sender's own child, if it runs (issue 17)
+            target = head.child_of(session.principal) if isinstance(head, PoolHead) else head
+            if target is not None and target.state == "ready":
+                target.spawn(target.send(event.payload))
 
     def response(self, session: ClientSession, message: dict[str, Any], forwarded: bool = False) -> None:
         """The client's answer to a request the gateway sent it (forwarded: by another replica)."""

@@ -18,6 +18,9 @@ in the HTTP headers of an HTTP backend's request), gateway/telemetry/. A call to
 is dynamic (``backends.NAME.auth``, issue 17) first gets its credential (gateway/upstreams/credentials.py: the
 caller's exchanged token, the gateway's own, or the caller's configured headers), bound to that call's
 requests only; when it cannot be had the call fails with -32096, never with a shared credential.
+A call to a ``sharing: per-principal`` backend goes to the caller's own child
+(gateway/upstreams/principal_pool.py), spawned only now that the chain admitted the call, and only if
+the pool's policy admits the caller.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from gateway.federation import rewrite_result
 from gateway.routing.call import Call, CallSink, PolicyDenied, Routed
 from gateway.routing.catalog import STARTUP_GRACE_S
 from gateway.telemetry.conventions import error_type_of, error_type_of_exception
+from gateway.upstreams.principal_pool import PoolRefused
 
 if TYPE_CHECKING:
     from gateway.eras import EraBridge
@@ -44,6 +48,7 @@ if TYPE_CHECKING:
     from gateway.upstreams.affinity import EraAffinity
     from gateway.upstreams.connection import BackendConnection
     from gateway.upstreams.credentials import UpstreamCredentials
+    from gateway.upstreams.principal_pool import PrincipalPool
     from policies.load import LoadPolicy
 
 
@@ -109,10 +114,13 @@ class Forwarder:
         metrics: Metrics | None = None,
         tracing: Tracing | None = None,
         upstream: UpstreamCredentials | None = None,
+        pools: Mapping[str, PrincipalPool] | None = None,
     ) -> None:
         self._connections = connections
         # Per-call credentials toward backends whose auth is dynamic (gateway/upstreams/credentials.py).
         self._upstream = upstream
+        # per-principal stdio backends (issue 17): a call goes to its caller's child
+        self._pools = pools if pools is not None else {}
         self._load = load
         self._eras = eras
         self._affinity = affinity
@@ -132,7 +140,7 @@ class Forwarder:
             finally:
                 upstream.unbind(token)
         session, event = call.session, call.event
-        conn = self._connections[backend]
+        conn = self._connections[backend] if backend not in self._pools else await self._child(call, backend)
         if conn.state != "ready" and not (
             conn.first_attempt_pending and await conn.wait_ready(min(STARTUP_GRACE_S, conn.config.connect_timeout_s))
         ):
@@ -188,6 +196,23 @@ class Forwarder:
             if span is not None:
                 span.end(error_type)
         return Routed(response, backend, error_type)
+
+    async def _child(self, call: Call, backend: str) -> BackendConnection:
+        """The caller's own child of a per-principal backend (spawned now if needed: the chain has
+        admitted this call; the pool's policy still refuses anonymous callers and principals without
+        an environment, and a full pool of busy children)."""
+        load = self._load.forward_call(len(call.session.inflight))
+        if not load.allowed:
+            raise PolicyDenied(load, backend)  # decided before a child is spawned for a call refused anyway
+        method = call.event.method
+        if method in ("resources/subscribe", "resources/unsubscribe"):
+            raise jsonrpc.RpcError(
+                jsonrpc.METHOD_NOT_FOUND, f"{method} is not offered by per-principal backend {backend}"
+            )
+        try:
+            return (await self._pools[backend].child(call.principal)).conn
+        except PoolRefused as refused:
+            raise PolicyDenied(refused.decision, backend) from None
 
     async def _settle(
         self, call: Call, answer: Awaitable[dict[str, Any]], stream: StreamedCall | None, plan: Plan | None

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from gateway.sessions import level_rank
+from gateway.upstreams.principal_pool import PoolHead
 
 if TYPE_CHECKING:
     from gateway.sessions import SessionStore
@@ -40,7 +41,9 @@ class BackendLevels:
             if not levels:
                 continue
             wanted = min(levels, key=level_rank)
-            if self._told.get(name) != wanted:
+            # A per-principal backend's head passes the news to each child, which compares its own
+            # principal's level (gateway/upstreams/principal_pool.py): asked on every change.
+            if self._told.get(name) != wanted or isinstance(conn, PoolHead):
                 self._told[name] = wanted
                 updates.append(conn.request("logging/setLevel", {"level": wanted}, timeout=10.0))
         for outcome in await asyncio.gather(*updates, return_exceptions=True):

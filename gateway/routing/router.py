@@ -399,7 +399,9 @@ class Router:
         kind: ListKind = "tools" if tools else "prompts"
         resolved = self._catalog.resolve_name_now(session.view, kind, name)  # no coroutine when it can
         backend, original = (
-            resolved if resolved is not None else await self._catalog.resolve_name(session.view, kind, name)
+            resolved
+            if resolved is not None
+            else await self._catalog.resolve_name(session.view, kind, name, call.principal)
         )
         if tools and original in mcpc_handshake.HANDSHAKE_TOOLS:
             return self._mcpc.handshake(call, original)  # a backend's own handshake tool, by its prefixed name
@@ -418,7 +420,7 @@ class Router:
             if item is None:
                 # Never decide without the tool's listed definition (its security metadata feeds the
                 # MGP members): a call made before any list, or after lists were dropped, fetches it.
-                item = (await self._catalog.merged(session.view, "tools")).by_key.get(name)
+                item = (await self._catalog.merged(session.view, "tools", call.principal)).by_key.get(name)
             # MCPL §7.7: what the scope check needs, only for calls that carry a scope.
             facts = self._mcpl.call_facts(session, backend, sent) if "scope" in params else None
             # MGP §3-§4: the tool's effective security metadata and its backend's grants.
@@ -438,7 +440,7 @@ class Router:
         return await self._forwarder.forward(call, backend, params)
 
     async def _uri_call(self, call: Call) -> Routed:
-        backend, original = await self._catalog.resolve_uri(call.session.view, call.params.get("uri"))
+        backend, original = await self._catalog.resolve_uri(call.session.view, call.params.get("uri"), call.principal)
         return await self._forwarder.forward(call, backend, {**call.params, "uri": original})
 
     async def _complete(self, call: Call) -> Routed:
@@ -447,14 +449,14 @@ class Router:
         if not isinstance(ref, dict):
             raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "params.ref must be an object")
         if ref.get("type") == "ref/prompt":
-            backend, original = await self._catalog.resolve_name(view, "prompts", ref.get("name"))
+            backend, original = await self._catalog.resolve_name(view, "prompts", ref.get("name"), call.principal)
             new_ref = {**ref, "name": original}
             guard = view.guard
             denied = guard.reaches(call.principal, "completion/complete", backend, original) if guard else None
             if denied is not None:
                 raise PolicyDenied(denied, backend)
         elif ref.get("type") == "ref/resource":
-            backend, original = await self._catalog.resolve_uri(view, ref.get("uri"))
+            backend, original = await self._catalog.resolve_uri(view, ref.get("uri"), call.principal)
             new_ref = {**ref, "uri": original}
         else:
             raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, f"Unknown ref type {ref.get('type')!r}")
@@ -462,7 +464,7 @@ class Router:
 
     async def _subscribe(self, call: Call) -> Routed:
         session = call.session
-        backend, original = await self._catalog.resolve_uri(session.view, call.params.get("uri"))
+        backend, original = await self._catalog.resolve_uri(session.view, call.params.get("uri"), call.principal)
         table = self._subscriptions
         if table.held(backend, original) or table.by_listen_filter(backend):
             # Already watched for another session, or a modern backend (no resources/subscribe: the
@@ -475,7 +477,7 @@ class Router:
         return routed
 
     async def _unsubscribe(self, call: Call) -> Routed:
-        backend, original = await self._catalog.resolve_uri(call.session.view, call.params.get("uri"))
+        backend, original = await self._catalog.resolve_uri(call.session.view, call.params.get("uri"), call.principal)
         table = self._subscriptions
         if not table.release(call.session, backend, original):
             return Routed(jsonrpc.result(call.rpc_id, {}))

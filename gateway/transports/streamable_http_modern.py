@@ -224,7 +224,7 @@ class ModernExchange:
         run: RunRequest,
     ) -> None:
         """A ``tools/call`` before the view's tool list is merged: merge it, then check and run."""
-        merged = await self._catalog.merged(view, "tools")
+        merged = await self._catalog.merged(view, "tools", session.principal)  # per-principal lists: the caller's
         try:
             _check_param_headers(merged, headers, message)
         except mcp_modern.ModernRejection as exc:
