@@ -1,4 +1,4 @@
-"""RFC 7662 introspection of opaque tokens against a real authorization server (h2's, tests/support_oauth.py)."""
+"""RFC 7662 introspection of opaque tokens against a real authorization server (tests/support_oauth.py)."""
 
 from __future__ import annotations
 
