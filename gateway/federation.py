@@ -223,21 +223,21 @@ class View:
             merged.items.append(exposed)
             merged.index[exposed_key] = (backend, original)
             merged.by_key[exposed_key] = exposed
-        for exposed_key, backends in merged.collisions.items():
-            tag = f"{kind}:{exposed_key}"
-            if tag not in self._reported:
-                self._reported.add(tag)
-                log.error(
-                    "view %s: %s %r is offered by several backends (%s) and is withheld; %s",
-                    self.name,
-                    kind,
-                    exposed_key,
-                    ", ".join(backends),
-                    self.collision_hint,
-                )
+        self._report_collisions(kind, merged)
         if store:
             self.merged[kind] = merged
         return merged
+
+    # How the collision log names the view and what collided (a virtual server says it its own way).
+    _collision_text = "view %s: %s %r is offered by several backends (%s) and is withheld; %s"
+
+    def _report_collisions(self, kind: ListKind, merged: Merged) -> None:
+        """Each withheld name is logged once per view (the metric and the error say it on every use)."""
+        for exposed_key, sources in merged.collisions.items():
+            tag = f"{kind}:{exposed_key}"
+            if tag not in self._reported:
+                self._reported.add(tag)
+                log.error(self._collision_text, self.name, kind, exposed_key, ", ".join(sources), self.collision_hint)
 
 
 def _rewrite_content_item(namer: Namer, backend: str, item: Any) -> Any:

@@ -96,6 +96,7 @@ class Selection:
 class VirtualView(View):
     curated = True
     collision_hint = "rename one of them in virtual_servers"
+    _collision_text = "virtual server %s: %s %r would be exposed for several items (%s) and is withheld; %s"
 
     def __init__(
         self,
@@ -164,18 +165,7 @@ class VirtualView(View):
             merged.items.append(shown)
             merged.index[exposed_key] = (backend, original)
             merged.by_key[exposed_key] = shown
-        for exposed_key, sources in merged.collisions.items():
-            tag = f"{kind}:{exposed_key}"
-            if tag not in self._reported:
-                self._reported.add(tag)
-                log.error(
-                    "virtual server %s: %s %r would be exposed for several items (%s) and is withheld; %s",
-                    self.name,
-                    kind,
-                    exposed_key,
-                    ", ".join(sources),
-                    self.collision_hint,
-                )
+        self._report_collisions(kind, merged)
         if store:
             self.merged[kind] = merged
         return merged
