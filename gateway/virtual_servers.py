@@ -19,7 +19,6 @@ with the configured description, and never rewrites a URI. Invariants:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,8 +27,6 @@ from gateway.config_virtual import VirtualServer, split_entry
 from gateway.federation import KEY_OF, ListKind, Merged, Namer, View
 from policies.patterns import Matcher, star_glob
 from policies.virtual_access import DoorNames, VirtualServerAccess
-
-log = logging.getLogger(__name__)
 
 # Which entries select each list: templates are chosen by the resources entries (by uriTemplate).
 _ENTRIES_OF: dict[ListKind, str] = {
