@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Awaitable
 from functools import partial
 from typing import Any
 
 from gateway import __version__, jsonrpc
 from gateway.audit import AuditLog
+from gateway.backend_factory import BackendFactory
 from gateway.bus import Bus
 from gateway.bus.configured import bus_from_config
-from gateway.config import Backend as BackendConfig, Config
+from gateway.callers import Callers
+from gateway.chain_assembly import policy_chain
+from gateway.config import Config
 from gateway.eras import EraBridge
 from gateway.federation import BackendCatalog, Namer, View
 from gateway.identity import ServerIdentity
@@ -26,7 +27,6 @@ from gateway.mgp.access_store import BusAccessStore
 from gateway.mgp.assembly import assemble as assemble_mgp
 from gateway.mgp.lifecycle import Lifecycle
 from gateway.mrtr import Parking
-from gateway.protected_resource import bound_resource, configured_resources, server_of
 from gateway.reload_status import ReloadStatus
 from gateway.replicas.assembly import Replicas, replica_id
 from gateway.replicas.records import apply as apply_record, apply_mcpl, credentials_of, initialize_params
@@ -36,50 +36,28 @@ from gateway.routing.catalog import Catalog
 from gateway.routing.client_messages import ClientMessages
 from gateway.routing.forwarding import Forwarder
 from gateway.routing.levels import BackendLevels
-from gateway.routing.pool_events import ChildEvents
 from gateway.routing.subscriptions import Subscriptions
 from gateway.runtime_backends import RuntimeBackends
-from gateway.sessions import ClientSession, SessionStore, level_rank
+from gateway.sessions import ClientSession, SessionStore
 from gateway.telemetry import server_observer, tracing_from_config
 from gateway.telemetry.observe import audit_tap
-from gateway.transports.http_common import Scope, header, query_token
-from gateway.upstreams import make_carrier
 from gateway.upstreams.affinity import EraAffinity, TwinEvents
 from gateway.upstreams.connection import BackendConnection
-from gateway.upstreams.credentials import UpstreamCredentials, note_presented
+from gateway.upstreams.credentials import UpstreamCredentials
 from gateway.upstreams.egress import (
-    BackendEgress,
     Defaults as EgressDefaults,
-    backend_egress,
     configure_control_plane,
     control_plane_egress,
 )
-from gateway.upstreams.principal_pool import PoolHead, PrincipalPool
+from gateway.upstreams.principal_pool import PrincipalPool
 from gateway.virtual_servers import VirtualView, door_names
-from policies import CapabilityPolicy, Decision, PolicyChain, Principal
-from policies.arguments import ArgumentValidationPolicy
-from policies.auth import Authenticator, AuthError, Credentials, PrincipalRegistry, bearer_token
-from policies.channel_access import ChannelPolicy
-from policies.envelope_rate import EnvelopeRatePolicy
-from policies.feature_sets import FeatureSetPolicy
-from policies.hook_answers import HookAnswerPolicy
-from policies.hook_inference import InferenceInHookPolicy
+from policies import Decision
+from policies.auth import Authenticator, Credentials, PrincipalRegistry
 from policies.load import LoadPolicy
-from policies.mcpx_envelope import McpxReservedKindPolicy, McpxSenderPolicy
-from policies.mgp_access import AccessTable, MgpAccessAdminPolicy, MgpAccessPolicy
-from policies.mgp_lifecycle import MgpLifecyclePolicy
-from policies.mgp_permissions import MgpPermissionPolicy
-from policies.mgp_reserved import MgpReservedNamePolicy
-from policies.mgp_validation import MgpValidatorPolicy
-from policies.pinning import PinningPolicy, PinStore
-from policies.principal_pool import PoolAdmission
-from policies.ratelimit import RateLimitPolicy
-from policies.scope_elevation import ScopeElevationPolicy
-from policies.scopes import ScopePolicy
+from policies.mgp_access import AccessTable
+from policies.pinning import PinStore
 
 log = logging.getLogger(__name__)
-
-_JWT_CACHE = 4096  # verified JWTs kept (until they expire) so that a request costs no signature check
 
 
 class Gateway:
@@ -87,9 +65,8 @@ class Gateway:
         self.config = config
         # Egress (issue 17): proxies read from the environment once, every TLS context built now; a
         # setting that cannot be used stops the start with an EgressError naming it.
-        self._egress_defaults = EgressDefaults.load(config.egress)
-        self._egress: dict[str, BackendEgress] = {}
-        configure_control_plane(control_plane_egress(config.egress, self._egress_defaults))
+        egress_defaults = EgressDefaults.load(config.egress)
+        configure_control_plane(control_plane_egress(config.egress, egress_defaults))
         self.metrics = Metrics()
         self.tracing = tracing_from_config(config.telemetry, __version__)  # None: off (gateway/telemetry/)
         self.reload_status = ReloadStatus(self.metrics)  # what the last config reload did (gateway/cli.py)
@@ -110,35 +87,15 @@ class Gateway:
         )
         mgp_lifecycle = Lifecycle()  # MGP §11: the state machine of every backend and of the gateway
         self.pins = PinStore(config.pinning.mode, self.bus, self.audit, self.metrics)
-        self.chain = PolicyChain(
-            [
-                McpxSenderPolicy(),  # MCPx: from = the authenticated participant
-                McpxReservedKindPolicy(),  # MCPx: system/* is the gateway's
-                CapabilityPolicy(),
-                RateLimitPolicy(config.rate_limits, self.bus),
-                ArgumentValidationPolicy(name for name, b in config.backends.items() if b.validate_arguments),
-                PinningPolicy(self.pins),
-                MgpAccessAdminPolicy(),  # MGP §5.4: who may change the access table
-                MgpAccessPolicy(self.mgp_access),  # MGP §5: which agent may call which tool (also hides it)
-                MgpReservedNamePolicy(),  # MGP §1.6.3: a backend's mgp.* tool is withheld (4003)
-                MgpPermissionPolicy(),  # MGP §3: a tool whose required permissions were not granted
-                MgpValidatorPolicy(),  # MGP §4.5, §7: the tool's validators, before the call is forwarded
-                MgpLifecyclePolicy(mgp_lifecycle),  # MGP §11.4: no new calls to a draining backend (2001)
-                ScopePolicy(),  # MCPL: scoped tools/call (facts from gateway/mcpl)
-                FeatureSetPolicy(),  # MCPL: messages a backend initiates, held to their feature set
-                ScopeElevationPolicy(),  # MCPL: a backend's scope/elevate, where the patterns decide
-                ChannelPolicy(),  # MCPL: channel publish / observe, by feature set and scope patterns
-                HookAnswerPolicy(),  # MCPL: hook answers, held to the session's enabled feature sets
-                InferenceInHookPolicy(),  # MCPL §10.7: no inference/request from inside a context hook
-                EnvelopeRatePolicy(
-                    config.mcpx.rate_per_participant.messages_per_s, config.mcpx.rate_per_participant.burst, self.bus
-                ),
-            ]
-        )
+        self.chain = policy_chain(config, self.bus, self.pins, self.mgp_access, mgp_lifecycle)
         self.principals = PrincipalRegistry(config.principals)
         self.authenticator = Authenticator(config.auth, self.principals, observe=self._auth_exchange)
-        self._jwt_cache: dict[str, Credentials] = {}
-        self._principals: dict[Credentials, Principal] = {}
+        # Who calls (gateway/callers.py): every door asks on every request; bound here, no extra call per request.
+        self.callers = Callers(config, self.authenticator, self.upstream_auth, self.tracing)
+        self.authenticate = self.callers.authenticate
+        self.auth_pending = self.callers.auth_pending
+        self.principal_of = self.callers.principal_of
+        self.caller_of = self.callers.caller_of
         self.sessions = SessionStore(config.limits, self._session_ended)
         self.load = LoadPolicy(config.limits.max_sessions, config.limits.max_inflight_per_session)
         replica = replica_id()
@@ -200,7 +157,7 @@ class Gateway:
             virtual=self.virtual,
             sessions=self.sessions,
             metrics=self.metrics,
-            connect=self._new_connection,
+            connect=lambda name, cfg: self.backend_factory.connection(name, cfg),
             lost=self._backend_lost,
         )
         # MGP (gateway/mgp/assembly.py): the kernel of every backend, one MGP server toward clients.
@@ -248,7 +205,9 @@ class Gateway:
         if shared is not None:
             shared.answered = partial(self.client_messages.response, forwarded=True)
         # Legacy-era twins of dual-era backends, opened on first need (the handler is made below).
-        self.affinity = EraAffinity(self._legacy_twin, config.limits.startup_wait_s)
+        self.affinity = EraAffinity(
+            lambda primary: self.backend_factory.legacy_twin(primary), config.limits.startup_wait_s
+        )
         # A deregistered backend (MGP §15): MGP's kernel, lifecycle and news forget it; its legacy twin closes.
         self.runtime.on_removed(self.mgp.backend_removed)
         self.runtime.on_removed(lambda conn: self.affinity.retire(conn.name))
@@ -294,14 +253,24 @@ class Gateway:
             self.mgp.news,
             self.mcpc,
         )
-        self._twin_events = TwinEvents(backend_events)
-        self._client_info = {"name": "switchboard", "version": __version__}
+        self.backend_factory = BackendFactory(
+            config,
+            egress_defaults,
+            self.upstream_auth,
+            backend_events,
+            TwinEvents(backend_events),
+            {"name": "switchboard", "version": __version__},
+            self.mgp.kernel,
+            self.sessions,
+            self._children_report,
+            self.audit.record,
+        )
         for name, cfg in config.backends.items():
             if cfg.sharing == "per-principal":  # issue 17: a pool of children, its head in connections
-                self.pools[name] = pool = self._new_pool(name, cfg)
+                self.pools[name] = pool = self.backend_factory.pool(name, cfg)
                 self.connections[name] = pool.head
             else:
-                self.connections[name] = self._new_connection(name, cfg)
+                self.connections[name] = self.backend_factory.connection(name, cfg)
         for name in names:
             self.metrics.backend_up.labels(name).set(0)
         # MCPx topics (gateway/mcpx/: the door is door.py); backends may sit in them as participants.
@@ -326,66 +295,6 @@ class Gateway:
             tracing=self.tracing,
         )
 
-    def _new_connection(self, name: str, cfg: BackendConfig) -> BackendConnection:
-        """The connection to one backend (from the config, or registered at runtime: MGP §15)."""
-        limits = self.config.limits
-        egress = None
-        if cfg.transport in ("http", "sse", "ws"):
-            egress = self._egress[name] = backend_egress(name, cfg, self._egress_defaults)
-        # Upstream credentials (issue 17): a backend whose credential is dynamic gets it per request, which a
-        # legacy HTTP+SSE fallback (one stream for every user) could not carry: it has none.
-        provider = self.upstream_auth.provider_for(name, cfg)
-        identity = provider.identity if provider is not None else None
-        return BackendConnection(
-            name,
-            cfg,
-            partial(make_carrier, name, cfg, limits, egress, identity),
-            self._backend_events,
-            self._client_info,
-            sse_fallback=partial(make_carrier, name, cfg.model_copy(update={"transport": "sse"}), limits, egress)
-            if cfg.transport == "http" and provider is None
-            else None,
-            kernel=self.mgp.kernel,
-            identity=identity,
-            prepare=provider.prepare if provider is not None else None,
-        )
-
-    def _new_pool(self, name: str, cfg: BackendConfig) -> PrincipalPool:
-        """The pool of a per-principal stdio backend (issue 17); its head stands for it in ``connections``."""
-        limits = self.config.limits
-        head = PoolHead(name, cfg, partial(make_carrier, name, cfg, limits), self._backend_events, self._client_info)
-        admission = PoolAdmission(name, cfg.principal_env, cfg.default_env, cfg.principal_env_var)
-
-        def connect(backend: str, child_cfg: BackendConfig, principal: str) -> BackendConnection:
-            # Plain MCP toward a child: no MCPL offer, no MGP kernel, no MCPC handshake (the ADR).
-            return BackendConnection(
-                backend,
-                child_cfg,
-                partial(make_carrier, backend, child_cfg, limits),
-                ChildEvents(principal, pool, self._backend_events, self.sessions),
-                self._client_info,
-                offer_mcpl=False,
-            )
-
-        def level_of(principal: str) -> str | None:
-            levels = [
-                s.log_level
-                for s in self.sessions
-                if s.log_level and not s.closed and s.principal.name == principal and name in s.view.backends
-            ]
-            return min(levels, key=level_rank) if levels else None
-
-        pool = PrincipalPool(
-            head,
-            admission,
-            connect,
-            self.config.federation.list_cache_s,
-            self._children_report,
-            level_of,
-            audit=self.audit.record,
-        )
-        return pool  # connect() above closes over it: each child's events know their pool
-
     def _children_report(self, backend: str, counts: dict[str, int]) -> None:
         for state, count in counts.items():
             self.metrics.backend_children.labels(backend, state).set(count)
@@ -394,24 +303,6 @@ class Gateway:
     def _backend_lost(self, conn: BackendConnection, reason: str) -> None:
         """A backend leaves on purpose (deregistered, drained): clients hear it as a lost backend."""
         self._backend_events.on_disconnected(conn, reason)
-
-    def _legacy_twin(self, primary: BackendConnection) -> BackendConnection:
-        """A legacy-era connection to ``primary``'s backend, for its legacy clients (gateway/upstreams/affinity.py).
-        MCPL is not offered on it: MCPL state is the primary's."""
-        config = primary.config.model_copy(update={"era": "legacy"})
-        provider = self.upstream_auth.provider_for(primary.name, primary.config)  # the primary's (issue 17)
-        identity = provider.identity if provider is not None else None
-        return BackendConnection(
-            primary.name,
-            config,
-            partial(make_carrier, primary.name, config, self.config.limits, self._egress.get(primary.name), identity),
-            self._twin_events,
-            self._client_info,
-            offer_mcpl=False,
-            kernel=self.mgp.kernel,
-            identity=identity,
-            prepare=provider.prepare if provider is not None else None,
-        )
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -469,79 +360,8 @@ class Gateway:
 
     # ---- sessions ----------------------------------------------------------------------------
 
-    def authenticate(self, scope: Scope, token: str | None = None) -> Credentials:
-        """Who is calling (raises AuthError). Every front door asks here, on every request.
-
-        The token is the Authorization header's, unless a door found it elsewhere (MCPx ``?token=``).
-        It is noted, in memory, for this request's calls to token-exchange backends (issue 17).
-        """
-        if self.tracing is not None:  # the request's W3C trace context, for its server spans
-            self.tracing.note_http(header(scope, b"traceparent"), header(scope, b"tracestate"))
-        if token is None:
-            token = bearer_token(header(scope, b"authorization"))
-        credentials = self._authenticate(scope, token)
-        if self.upstream_auth.exchanges:  # only a token-exchange backend needs it (no cost otherwise)
-            note_presented(token, credentials.kind, credentials.expires)
-        return credentials
-
-    def _authenticate(self, scope: Scope, token: str | None) -> Credentials:
-        if token is not None and token.count(".") == 2:
-            credentials = self._jwt_cache.get(token)
-            if credentials is None or (credentials.expires is not None and credentials.expires <= time.time()):
-                credentials = self.authenticator.identify(token)
-                if credentials.kind == "jwt":  # an introspected one lives by its own cache (cache_s: revocation)
-                    if len(self._jwt_cache) >= _JWT_CACHE:
-                        self._jwt_cache.pop(next(iter(self._jwt_cache)))
-                    self._jwt_cache[token] = credentials
-        else:
-            credentials = self.authenticator.identify(token)
-        if credentials.audience is not None:  # per request: a cached token may be presented to another resource
-            server = server_of(scope.get("path", ""), scope.get("root_path", ""))
-            resource = bound_resource(server, self.config.auth, configured_resources(self.config)) if server else None
-            self.authenticator.check_audience(credentials, resource)
-        return credentials
-
-    def auth_pending(self, scope: Scope) -> Awaitable[object] | None:
-        """What the entrance awaits before a door may ask :meth:`authenticate` (gateway/app.py): a JWKS
-        refresh or an introspection the request's token needs. None, at the cost of one check, when
-        the configuration needs no network for any token."""
-        if not self.authenticator.may_wait:
-            return None
-        token = bearer_token(header(scope, b"authorization"))
-        if token is None and scope.get("type") == "websocket":
-            token = query_token(scope)  # MCPx agents send ?token= (gateway/mcpx/door.py)
-        if token is None or token in self._jwt_cache:
-            return None
-        return self.authenticator.pending(token)
-
     def _auth_exchange(self, exchange: str, outcome: str) -> None:
         self.metrics.auth_exchanges.labels(exchange, outcome).inc()
-
-    def principal_of(self, credentials: Credentials) -> Principal:
-        """The principal those credentials stand for now; one object per credentials, so that its
-        capability verdicts stay cached across requests (cleared when principals change)."""
-        principal = self._principals.get(credentials)
-        if principal is None:
-            principal = self.authenticator.principal(credentials)
-            if len(self._principals) >= _JWT_CACHE:
-                self._principals.pop(next(iter(self._principals)))
-            self._principals[credentials] = principal
-        return principal
-
-    def caller_of(self, session: ClientSession, scope: Scope) -> Principal:
-        """Who sends this request on ``session``, held to the credential it presents (raises AuthError).
-
-        A session is bound to the principal that opened it: another principal, or the same name by
-        another kind of credential, is refused. Authorization then uses what *this* request's
-        credential grants (a JWT claim can only narrow), never what the session was opened with, so
-        a narrower token cannot ride a broader session (security review, issue 10, hole 2).
-        """
-        credentials = self.authenticate(scope)
-        if credentials is session.credentials or credentials == session.credentials:
-            return session.principal
-        if credentials.name != session.credentials.name or credentials.kind != session.credentials.kind:
-            raise AuthError("this session belongs to another principal", True)
-        return self.principal_of(credentials)
 
     def admit_session(self, transport: str) -> Decision:
         """Whether a door may open one more session (the decision is ``policies/load.py``'s); a
@@ -595,6 +415,7 @@ class Gateway:
         self.principals.replace(config.principals)
         # The old authenticator's exchanges in progress finish (bounded by their timeouts): requests await them.
         self.authenticator = authenticator
+        self.callers.reconfigure(authenticator, config.auth)
         self.config = self.config.model_copy(
             update={"auth": config.auth, "principals": config.principals, "mcpl": config.mcpl}
         )
@@ -618,8 +439,7 @@ class Gateway:
 
     def principals_changed(self) -> None:
         """Re-resolve every live session's principal: runtime changes apply at once."""
-        self._jwt_cache.clear()
-        self._principals.clear()
+        self.callers.forget()
         for session in self.sessions:
             session.principal = self.principal_of(session.credentials)
         self.mcpl.reconfigure(self.config.mcpl)  # what the operator allows changed: backends are told at once
