@@ -38,6 +38,7 @@ import orjson
 from gateway import jsonrpc, sse
 from gateway.sse import SSEParser
 from gateway.telemetry.context import OUTGOING_HTTP
+from gateway.upstreams import get_stream
 from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
 from gateway.upstreams.deadlines import Deadlines
 from gateway.upstreams.egress import BackendEgress
@@ -57,7 +58,6 @@ __all__ = ["HttpCarrier", "QuickExchange"]
 log = logging.getLogger(__name__)
 
 _RESUME_ATTEMPTS = 5
-_GET_BACKOFF_MAX_S = 30.0
 
 
 class HttpCarrier(Carrier):
@@ -421,51 +421,25 @@ class HttpCarrier(Carrier):
         self._fail(rpc_id, jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} closed the stream without answering")
 
     async def ready(self) -> None:
-        self._get_task = asyncio.create_task(self._standalone_stream(), name=f"http-get-{self._name}")
+        assert self._pool and self._inbound
+        pool = self._pool
 
-    async def _standalone_stream(self) -> None:
-        """The GET stream carries server messages unrelated to any request (list_changed, ...)."""
-        assert self._pool
-        backoff = 0.5
-        last_id: str | None = None
-        while not self._closed.is_set():
-            headers = {**self._headers(), "accept": "text/event-stream"}
-            if last_id:
-                headers["last-event-id"] = last_id
-            try:
-                response = await self._pool.request("GET", self._target, headers)
-                try:
-                    if response.status == 405:
-                        return  # the backend offers no standalone stream; that is allowed
-                    if response.status == 404 and self._session_id:
-                        self._die("backend ended the session (404)")
-                        return
-                    if response.status != 200:
-                        log.info("backend %s: GET stream answered %s", self._name, response.status)
-                    else:
-                        backoff = 0.5
-                        parser = SSEParser(self._max)
-                        async for chunk in response.iter_raw():
-                            for event in parser.feed(chunk):
-                                if event.id is not None:
-                                    last_id = event.id
-                                if event.data and event.event == "message":
-                                    self._relay_unrelated(event.data)
-                finally:
-                    response.release()
-            except HttpError as exc:
-                log.debug("backend %s: GET stream dropped: %s", self._name, exc)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, _GET_BACKOFF_MAX_S)
+        def session_ended() -> bool:
+            if self._session_id:
+                self._die("backend ended the session (404)")
+                return True
+            return False
 
-    def _relay_unrelated(self, data: str) -> None:
-        assert self._inbound
-        try:
-            msg = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return
-        if isinstance(msg, dict):
-            self._inbound(msg, None)
+        stream = get_stream.listen(
+            self._name,
+            lambda headers: pool.request("GET", self._target, headers),
+            self._headers,
+            self._inbound,
+            self._max,
+            self._closed,
+            session_ended,
+        )
+        self._get_task = asyncio.create_task(stream, name=f"http-get-{self._name}")
 
     async def wait_closed(self) -> str:
         await self._closed.wait()
