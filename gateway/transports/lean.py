@@ -98,12 +98,18 @@ class LeanCycle(RequestResponseCycle):
         self.transport = transport
         self.flow = flow
         self.default_headers = default_headers
-        self.message_event = self  # type: ignore[assignment]  # see set()
         self.on_response = on_response
         self.keep_alive = keep_alive
         self.body = bytearray()  # per instance: on_body extends it in place
 
     # ---- message_event ------------------------------------------------------------------------
+
+    @property
+    def message_event(self) -> LeanCycle:  # type: ignore[override]  # uvicorn's Event attribute; read-only: nothing assigns it
+        """The cycle stands in for uvicorn's per-request ``asyncio.Event`` (see :meth:`set`). A
+        property, not ``self.message_event = self``: that reference cycle made every finished request
+        garbage for the cyclic collector (8 containers a call, 3 ms pauses every ~100 calls at c=64)."""
+        return self
 
     def set(self) -> None:
         """uvicorn's protocol and send call ``message_event.set()`` on body, end of body, response
