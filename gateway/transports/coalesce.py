@@ -13,7 +13,7 @@ import asyncio
 from typing import Any, cast
 
 from uvicorn._types import ASGI3Application
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from gateway.transports.lean import HEADERS_KEY, UNIQUE_HEADERS_KEY, LeanCycle
 from gateway.write_batch import write_batch
@@ -179,6 +179,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             self.server_state.default_headers,
             True,
             self.on_response_complete,
+            self.tasks,
         )
         self.cycle = cycle
         if existing is None or existing.response_complete:
@@ -187,6 +188,14 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             self.flow.pause_reading()
             self.pipeline.appendleft((cycle, self._lean_app))
         return True
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        # A lean cycle leaves uvicorn's task set itself when run_asgi ends (transports/lean.py):
+        # uvicorn's add_done_callback(tasks.discard) would cost one more loop callback per request.
+        if type(cycle) is not LeanCycle or self.config.reset_contextvars:
+            super()._start_asgi_task(cycle, app)
+            return
+        self.tasks.add(self.loop.create_task(cycle.run_asgi(app)))
 
     # ---- keep-alive: one timer per idle period ------------------------------------------------
     # uvicorn cancels its keep-alive timer on every segment received and arms a new one after every

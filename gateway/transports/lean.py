@@ -14,6 +14,8 @@ message dicts, the per-header checks of fixed headers and one of the two writes.
 
 Invariants, the same as uvicorn's cycle (its ``send`` is inherited and serves every other message,
 so streaming answers, errors and chunked responses are uvicorn's own code):
+- the request's task is in uvicorn's ``server_state.tasks`` from its start until ``run_asgi`` ends
+  (graceful shutdown waits on that set), without a done-callback per task;
 - the app starts only once the whole body arrived; a client gone before that gets no app call;
 - ``receive()`` gives the body once (unless the app took it from the scope), then waits until the
   response completed or the client left, and says ``http.disconnect``;
@@ -91,6 +93,7 @@ class LeanCycle(RequestResponseCycle):
         default_headers: list[tuple[bytes, bytes]],
         keep_alive: bool,
         on_response: Callable[[], None],
+        tasks: set[asyncio.Task[None]] | None = None,
     ) -> None:
         # With the class attributes above, every attribute uvicorn's RequestResponseCycle.send and
         # HttpToolsProtocol read; its __init__ is not called (it makes an asyncio.Event per request).
@@ -101,6 +104,9 @@ class LeanCycle(RequestResponseCycle):
         self.on_response = on_response
         self.keep_alive = keep_alive
         self.body = bytearray()  # per instance: on_body extends it in place
+        # uvicorn's set of request tasks (server_state.tasks: shutdown waits on it); run_asgi leaves it
+        # itself at its end, where uvicorn adds a done-callback (a loop callback per request).
+        self._tasks = tasks
 
     # ---- message_event ------------------------------------------------------------------------
 
@@ -156,6 +162,8 @@ class LeanCycle(RequestResponseCycle):
                 self.transport.close()
         finally:
             self.on_response = _noop
+            if self._tasks is not None:
+                self._tasks.discard(asyncio.current_task())
 
     async def receive(self) -> ASGIReceiveEvent:
         body = self.scope.pop(BODY_KEY, None)  # type: ignore[misc]  # a plain dict at runtime

@@ -44,6 +44,7 @@ class Probe:
         self.calls: list[dict[str, Any]] = []
         self.gone = asyncio.Event()
         self.cycles: list[weakref.ref[LeanCycle]] = []
+        self.tasks: set[asyncio.Task[None]] = set()  # uvicorn's server_state.tasks, set by the fixture
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -100,6 +101,7 @@ async def served() -> AsyncIterator[tuple[Probe, int]]:
         timeout_keep_alive=1,
     )
     server = uvicorn.Server(config)
+    probe.tasks = server.server_state.tasks
     task = asyncio.create_task(server.serve(sockets=[sock]))
     async with asyncio.timeout(10):
         while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn offers only the flag)
@@ -208,6 +210,31 @@ async def test_a_finished_request_is_freed_by_reference_counting(served: tuple[P
     finally:
         gc.enable()
         writer.close()
+
+
+async def test_a_lean_request_is_in_uvicorns_task_set_until_it_ends(served: tuple[Probe, int]) -> None:
+    """Graceful shutdown waits on uvicorn's task set: a lean request is in it while it runs and
+    leaves it when it ends, answered, failed or abandoned, without uvicorn's done-callback."""
+    probe, port = served
+    _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(post("/gone", b"x"))
+    async with asyncio.timeout(5):
+        while not probe.calls:  # noqa: ASYNC110 (the app notes the call)
+            await asyncio.sleep(0.005)
+    [task] = probe.tasks
+    assert task.get_coro().__qualname__ == "LeanCycle.run_asgi"  # type: ignore[union-attr]
+    writer.close()
+    async with asyncio.timeout(5):
+        await probe.gone.wait()
+        while probe.tasks:  # noqa: ASYNC110 (the task ends a turn after the app)
+            await asyncio.sleep(0.005)
+    assert task.done() and not task.cancelled()
+    for path in ("/lean", "/bad", "/extra"):
+        await exchange(port, post(path, b"y"))
+    async with asyncio.timeout(5):
+        while probe.tasks:  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+    assert len(probe.cycles) == 4
 
 
 async def test_connection_close_is_honoured(served: tuple[Probe, int]) -> None:
