@@ -118,6 +118,10 @@ class Gateway:
         self.authenticator = Authenticator(config.auth, self.principals)
         self._jwt_cache: dict[str, Credentials] = {}
         self._principals: dict[Credentials, Principal] = {}
+        # The same, keyed by the credentials object's identity (speed, issue 15): the anonymous singleton
+        # and a cached JWT's credentials come back as the same object on every request, and the frozen
+        # dataclass's __hash__ runs in Python. The entry holds the object, so its id is not reused.
+        self._principals_by_id: dict[int, tuple[Credentials, Principal]] = {}
         self.sessions = SessionStore(config.limits, self._session_ended)
         self.load = LoadPolicy(config.limits.max_sessions, config.limits.max_inflight_per_session)
         replica = replica_id()
@@ -392,12 +396,18 @@ class Gateway:
     def principal_of(self, credentials: Credentials) -> Principal:
         """The principal those credentials stand for now; one object per credentials, so that its
         capability verdicts stay cached across requests (cleared when principals change)."""
+        known = self._principals_by_id.get(id(credentials))
+        if known is not None and known[0] is credentials:
+            return known[1]
         principal = self._principals.get(credentials)
         if principal is None:
             principal = self.authenticator.principal(credentials)
             if len(self._principals) >= _JWT_CACHE:
                 self._principals.pop(next(iter(self._principals)))
             self._principals[credentials] = principal
+        if len(self._principals_by_id) >= _JWT_CACHE:
+            self._principals_by_id.pop(next(iter(self._principals_by_id)))
+        self._principals_by_id[id(credentials)] = (credentials, principal)
         return principal
 
     def caller_of(self, session: ClientSession, scope: Scope) -> Principal:
@@ -482,6 +492,7 @@ class Gateway:
         """Re-resolve every live session's principal: runtime changes apply at once."""
         self._jwt_cache.clear()
         self._principals.clear()
+        self._principals_by_id.clear()
         for session in self.sessions:
             session.principal = self.principal_of(session.credentials)
         self.mcpl.reconfigure(self.config.mcpl)  # what the operator allows changed: backends are told at once
