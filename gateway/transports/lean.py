@@ -45,6 +45,11 @@ UNIQUE_HEADERS_KEY = "switchboard.unique_headers"
 log = logging.getLogger("uvicorn.error")
 
 
+# asyncio.current_task is a Python function in 3.11 (it asks for the running loop, then this table).
+_running_loop = asyncio.get_running_loop
+_current_task = asyncio.tasks._current_tasks.get  # type: ignore[attr-defined]  # the loop -> task table, untyped
+
+
 def _noop() -> None:
     return None
 
