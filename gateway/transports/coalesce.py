@@ -22,7 +22,7 @@ from gateway.write_batch import write_batch
 class CoalescingTransport:
     # Slots: one per client connection, and what it carries beyond writes (the disconnect watchers)
     # lives here rather than in uvicorn's protocol object, whose instance dict would grow for it.
-    __slots__ = ("_batch", "_buffer", "_lost", "_lost_watchers", "_scheduled", "_transport")
+    __slots__ = ("_batch", "_buffer", "_held", "_lost", "_lost_watchers", "_scheduled", "_transport")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
@@ -31,6 +31,30 @@ class CoalescingTransport:
         self._scheduled = False
         self._lost = False
         self._lost_watchers: list[asyncio.Future[None]] | None = None
+        self._held: set[asyncio.Task[Any]] | None = None
+
+    # ---- tasks cancelled when the connection is lost (``HOLD_KEY``) ----------------------------
+    # What a request that the client's leaving must cancel (the 2026-07-28 wire's only cancellation)
+    # registers here, instead of a future and a done-callback per request.
+
+    def hold(self, task: asyncio.Task[Any]) -> bool:
+        """Cancel ``task`` if the connection is lost before :meth:`release`; False (nothing held)
+        if it is lost already."""
+        if self._lost:
+            return False
+        if self._held is None:
+            self._held = {task}
+        else:
+            self._held.add(task)
+        return True
+
+    def release(self, task: asyncio.Task[Any]) -> None:
+        if self._held is not None:
+            self._held.discard(task)
+
+    @property
+    def is_lost(self) -> bool:
+        return self._lost
 
     def watch_lost(self) -> asyncio.Future[None]:
         """A future done once the connection is lost (``LOST_KEY``)."""
@@ -55,6 +79,9 @@ class CoalescingTransport:
         for watcher in watchers:
             if not watcher.done():
                 watcher.set_result(None)
+        held, self._held = self._held or (), None
+        for task in held:
+            task.cancel()
 
     def write(self, data: bytes) -> None:
         # Sent at the end of this loop iteration, with every other connection's writes of the
@@ -96,6 +123,9 @@ ABORT_KEY = "switchboard.abort"
 # A scope's ``LOST_KEY`` makes a future that resolves when the client's connection is lost: what a
 # task blocked on ``receive()`` would learn, without a task per request (gateway/transports/http_common.py).
 LOST_KEY = "switchboard.lost"
+# A scope's ``HOLD_KEY`` is the connection's CoalescingTransport: ``hold(task)`` cancels the task
+# when the client's connection is lost, ``release(task)`` ends that (gateway/transports/streamable_http.py).
+HOLD_KEY = "switchboard.hold"
 
 
 class CoalescingHttpToolsProtocol(HttpToolsProtocol):
@@ -138,6 +168,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         scope: dict[str, Any] = self.scope  # type: ignore[assignment]  # a plain dict; HTTPScope lists the spec's keys
         scope[ABORT_KEY] = self._abort
         scope[LOST_KEY] = self._watch_lost
+        scope[HOLD_KEY] = self.transport
 
     def _lean_start(self) -> bool:
         """Start a plain POST to a door path on the lean cycle; False (nothing done) for anything else."""
@@ -171,6 +202,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         scope[UNIQUE_HEADERS_KEY] = table
         scope[ABORT_KEY] = self._abort
         scope[LOST_KEY] = self._watch_lost
+        scope[HOLD_KEY] = self.transport
         existing = self.cycle
         cycle = LeanCycle(
             self.scope,
