@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 import adapters
@@ -375,7 +375,41 @@ class Router:
 
     # ---- routed to a backend -----------------------------------------------------------------
 
-    async def _named_call(self, call: Call) -> Routed:
+    def _named_call(self, call: Call) -> Awaitable[Routed]:
+        """``tools/call`` and ``prompts/get``. Not a coroutine function: the common call (its name
+        resolved without an await, no MGP kernel tool, no facets, no member of the chain deciding at
+        dispatch, no MCPC handshake tool) is the forwarder's coroutine itself, so the call holds one
+        coroutine frame less, which every wake-up of the call would pass through. Anything else
+        takes :meth:`_named_call_full`, which decides the same from the start."""
+        event = call.event
+        tools = event.method == "tools/call"
+        if tools and (self._chain.has_dispatch or event.facets):
+            return self._named_call_full(call)
+        session, sent = call.session, event.params
+        name: Any = sent.get("name")
+        if tools and self._mgp.is_kernel_call(session, name):
+            return self._mgp.call_kernel_tool(call)  # MGP §1.6: answered by the gateway itself
+        resolved = self._catalog.resolve_name_now(session.view, "tools" if tools else "prompts", name)
+        if resolved is None or (tools and resolved[1] in mcpc_handshake.HANDSHAKE_TOOLS):
+            return self._named_call_full(call)
+        backend, original = resolved
+        params = sent if original == name else {**sent, "name": original}
+        return self._forward_named(call, backend, name, params, tools)
+
+    def _forward_named(
+        self, call: Call, backend: str, name: str, params: dict[str, Any], tools: bool
+    ) -> Coroutine[Any, Any, Routed]:
+        """The end of an allowed named call (``name`` as the client sent it): the forwarder's
+        coroutine, not awaited here."""
+        if tools:
+            mgp = call.session.mgp
+            if mgp is not None and mgp.tool_session is not None:
+                mgp.tool_session.touch(name)  # MGP §16.7: a used tool stays in context
+            if "featureSet" in params:
+                params = self._mcpl.backend_params(call.session, backend, params)
+        return self._forwarder.forward(call, backend, params)
+
+    async def _named_call_full(self, call: Call) -> Routed:
         session, event = call.session, call.event
         tools = event.method == "tools/call"
         sent = event.params  # read once: the event's params are not replaced below but for MCPC ids
@@ -421,13 +455,7 @@ class Router:
             decision = decided if isinstance(decided, Decision) else await decided
             if not decision.allowed:
                 raise PolicyDenied(decision, backend, self._mgp.refusal_result(session, decision.data))
-        if tools:
-            mgp = session.mgp
-            if mgp is not None and mgp.tool_session is not None:
-                mgp.tool_session.touch(name)  # MGP §16.7: a used tool stays in context
-            if "featureSet" in params:
-                params = self._mcpl.backend_params(session, backend, params)
-        return await self._forwarder.forward(call, backend, params)
+        return await self._forward_named(call, backend, name, params, tools)
 
     async def _uri_call(self, call: Call) -> Routed:
         backend, original = await self._catalog.resolve_uri(call.session.view, call.params.get("uri"))
