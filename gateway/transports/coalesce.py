@@ -18,14 +18,17 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from gateway.transports.lean import HEADERS_KEY, UNIQUE_HEADERS_KEY, LeanCycle
 from gateway.write_batch import write_batch
 
+_current_task = asyncio.tasks._current_tasks.get  # type: ignore[attr-defined]  # the loop -> task table, untyped
+
 
 class CoalescingTransport:
     # Slots: one per client connection, and what it carries beyond writes (the disconnect watchers)
     # lives here rather than in uvicorn's protocol object, whose instance dict would grow for it.
-    __slots__ = ("_batch", "_buffer", "_held", "_lost", "_lost_watchers", "_scheduled", "_transport")
+    __slots__ = ("_batch", "_buffer", "_held", "_loop", "_lost", "_lost_watchers", "_scheduled", "_transport")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
+        self._loop = loop
         self._batch = write_batch(loop)
         self._buffer: list[bytes] = []
         self._scheduled = False
@@ -37,16 +40,19 @@ class CoalescingTransport:
     # What a request that the client's leaving must cancel (the 2026-07-28 wire's only cancellation)
     # registers here, instead of a future and a done-callback per request.
 
-    def hold(self, task: asyncio.Task[Any]) -> bool:
-        """Cancel ``task`` if the connection is lost before :meth:`release`; False (nothing held)
-        if it is lost already."""
+    def hold(self) -> asyncio.Task[Any] | None:
+        """Cancel the running task if the connection is lost before :meth:`release`: that task, or
+        None (nothing held) if the connection is lost already."""
         if self._lost:
-            return False
+            return None
+        # The loop's table of running tasks, read directly: asyncio.current_task() asks for the
+        # running loop, which costs a getpid() syscall in 3.11.
+        task: asyncio.Task[Any] = _current_task(self._loop)
         if self._held is None:
             self._held = {task}
         else:
             self._held.add(task)
-        return True
+        return task
 
     def release(self, task: asyncio.Task[Any]) -> None:
         if self._held is not None:
@@ -58,7 +64,7 @@ class CoalescingTransport:
 
     def watch_lost(self) -> asyncio.Future[None]:
         """A future done once the connection is lost (``LOST_KEY``)."""
-        watcher: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        watcher: asyncio.Future[None] = self._loop.create_future()
         if self._lost:
             watcher.set_result(None)
             return watcher
@@ -212,6 +218,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             True,
             self.on_response_complete,
             self.tasks,
+            self.loop,
         )
         self.cycle = cycle
         if existing is None or existing.response_complete:

@@ -46,7 +46,6 @@ log = logging.getLogger("uvicorn.error")
 
 
 # asyncio.current_task is a Python function in 3.11 (it asks for the running loop, then this table).
-_running_loop = asyncio.get_running_loop
 _current_task = asyncio.tasks._current_tasks.get  # type: ignore[attr-defined]  # the loop -> task table, untyped
 
 
@@ -99,6 +98,7 @@ class LeanCycle(RequestResponseCycle):
         keep_alive: bool,
         on_response: Callable[[], None],
         tasks: set[asyncio.Task[None]] | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         # With the class attributes above, every attribute uvicorn's RequestResponseCycle.send and
         # HttpToolsProtocol read; its __init__ is not called (it makes an asyncio.Event per request).
@@ -112,6 +112,7 @@ class LeanCycle(RequestResponseCycle):
         # uvicorn's set of request tasks (server_state.tasks: shutdown waits on it); run_asgi leaves it
         # itself at its end, where uvicorn adds a done-callback (a loop callback per request).
         self._tasks = tasks
+        self._loop = loop  # for the current task: asyncio.get_running_loop() costs a getpid() syscall in 3.11
 
     # ---- message_event ------------------------------------------------------------------------
 

@@ -282,16 +282,17 @@ class StreamableHttpDoor:
         gone: asyncio.Future[None] | None = None
         held: CoalescingTransport | None = None
         if cancel_on_disconnect:
-            me = _current_task(_running_loop())
-            assert me is not None
             held = scope.get(HOLD_KEY)
             if held is not None:
                 # The gateway's own protocol: the connection cancels the call when the client leaves
                 # (no future, no callback per call); released below on every way out.
-                if not held.hold(me):
+                me = held.hold()
+                if me is None:
                     channel.close()
                     return  # gone already: there is no one to answer
             else:
+                me = _current_task(_running_loop())
+                assert me is not None
                 gone = watch_disconnect(scope, receive)
                 cancel = me.cancel
                 # The task's own bound method as the callback (no closure per call): the client leaving
