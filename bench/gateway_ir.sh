@@ -2,13 +2,15 @@
 # Instructions per tools/call of a whole gateway process (uvicorn, the door, the router, the backend
 # client, the cyclic collector) under callgrind, for A/B of what bench/door_cpu.py leaves out (issue 15,
 # ADR 0017): the difference of a 1300-call and a 300-call run (after 200 warm-up calls each), / 1000.
-# The echo backend and the client (bench/fixed_calls.py, 8 connections) run outside valgrind.
+# The echo backend and the client (bench/fixed_calls.py) run outside valgrind. GATEWAY_IR_CONNECTIONS (default 1):
+# one connection makes each call's path the same every time; at 8 how many calls share a loop iteration varies.
 # usage: bash bench/gateway_ir.sh [legacy|modern]   (from the root of the tree to measure; 5-8 minutes)
 # Ports: GATEWAY_IR_PORT (default 18681) and GATEWAY_IR_BACKEND_PORT (18666).
 set -euo pipefail
 ERA=${1:-legacy}
 PORT=${GATEWAY_IR_PORT:-18681}
 BPORT=${GATEWAY_IR_BACKEND_PORT:-18666}
+CONNECTIONS=${GATEWAY_IR_CONNECTIONS:-1}
 WORK=$(mktemp -d)
 .venv/bin/python bench/echo_backend.py --port "$BPORT" >"$WORK/backend.log" 2>&1 &
 BP=$!
@@ -23,12 +25,12 @@ instructions() {
     --port "$PORT" >"$WORK/gw.log" 2>&1 &
   local gp=$!
   for _ in $(seq 900); do curl -s "localhost:$PORT/healthz" >/dev/null && break; sleep 0.2; done
-  .venv/bin/python bench/fixed_calls.py "$PORT" 200 --era "$ERA"
-  .venv/bin/python bench/fixed_calls.py "$PORT" "$1" --era "$ERA"
+  .venv/bin/python bench/fixed_calls.py "$PORT" 200 --era "$ERA" --connections "$CONNECTIONS"
+  .venv/bin/python bench/fixed_calls.py "$PORT" "$1" --era "$ERA" --connections "$CONNECTIONS"
   kill "$gp"
   wait "$gp" || true
   grep "Collected" "$WORK/gw.log" | awk '{print $4}'
 }
 short=$(instructions 300)
 long=$(instructions 1300)
-python3 -c "print('$PWD $ERA instructions per call (whole gateway process):', ($long - $short) / 1000)"
+python3 -c "print('$PWD $ERA c=$CONNECTIONS instructions per call (whole gateway process):', ($long - $short) / 1000)"

@@ -169,7 +169,7 @@ class LeanCycle(RequestResponseCycle):
         finally:
             self.on_response = _noop
             if self._tasks is not None:
-                self._tasks.discard(asyncio.current_task())
+                self._tasks.discard(_current_task(self._loop))
 
     async def receive(self) -> ASGIReceiveEvent:
         body = self.scope.pop(BODY_KEY, None)  # type: ignore[misc]  # a plain dict at runtime
