@@ -7,6 +7,8 @@
 # usage: bash bench/gateway_ir.sh [legacy|modern]   (from the root of the tree to measure; 5-8 minutes)
 # Ports: GATEWAY_IR_PORT (default 18681) and GATEWAY_IR_BACKEND_PORT (18666).
 set -euo pipefail
+# One string-hash seed for every run: dict and set layouts (and so the instruction count) then repeat.
+export PYTHONHASHSEED=${PYTHONHASHSEED:-0}
 ERA=${1:-legacy}
 PORT=${GATEWAY_IR_PORT:-18681}
 BPORT=${GATEWAY_IR_BACKEND_PORT:-18666}
