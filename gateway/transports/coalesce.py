@@ -129,8 +129,8 @@ ABORT_KEY = "switchboard.abort"
 # A scope's ``LOST_KEY`` makes a future that resolves when the client's connection is lost: what a
 # task blocked on ``receive()`` would learn, without a task per request (gateway/transports/http_common.py).
 LOST_KEY = "switchboard.lost"
-# A scope's ``HOLD_KEY`` is the connection's CoalescingTransport: ``hold(task)`` cancels the task
-# when the client's connection is lost, ``release(task)`` ends that (gateway/transports/streamable_http.py).
+# A scope's ``HOLD_KEY`` is the connection's CoalescingTransport: ``hold()`` has the running task
+# cancelled when the client's connection is lost, ``release(task)`` ends that (transports/streamable_http.py).
 HOLD_KEY = "switchboard.hold"
 
 
