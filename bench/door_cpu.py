@@ -5,7 +5,8 @@ app (``build_app``: the Host/Origin guard, the Streamable HTTP door, both eras, 
 gateway's own HTTP client) with ASGI messages, in front of ``bench/echo_backend.py`` over real
 loopback HTTP. Only the server side of the client's HTTP (uvicorn, the client's socket) is left out,
 so a change to anything the gateway's own code does per call shows here, steadier than wrk on a
-shared 2-core VM. The scope carries the gateway protocol's disconnect watcher, as under uvicorn.
+shared 2-core VM. The scope carries the gateway protocol's disconnect watcher and registry of held
+tasks, as under uvicorn.
 
 Run: ``.venv/bin/python bench/door_cpu.py [--calls N] [--samples K] [--concurrency C] [--era legacy|modern|both]
 [--answers json|sse]`` (``sse``: the backend answers with SSE streams, as the official SDKs do).
@@ -30,7 +31,7 @@ import orjson
 from gateway.app import build_app
 from gateway.config import Config
 from gateway.core import Gateway
-from gateway.transports.coalesce import LOST_KEY
+from gateway.transports.coalesce import HOLD_KEY, LOST_KEY, CoalescingTransport
 from tests.support import http_server, initialize_request, modern_meta
 
 BENCH = Path(__file__).resolve().parent
@@ -60,8 +61,16 @@ class Exchange:
             self.chunks.append(message.get("body", b""))
 
 
+_connections: dict[asyncio.AbstractEventLoop, CoalescingTransport] = {}
+
+
 def scope(headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
+    # One client connection's registry of held tasks (what the 2026-07-28 wire's cancel-on-disconnect
+    # uses under the gateway's protocol), shared by every request as a kept-alive connection's is.
+    connection = _connections.get(loop)
+    if connection is None:
+        connection = _connections[loop] = CoalescingTransport(None, loop)  # type: ignore[arg-type]  # never written to
     return {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -76,6 +85,7 @@ def scope(headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
         "client": ("127.0.0.1", 40000),
         "server": ("127.0.0.1", 8080),
         LOST_KEY: loop.create_future,
+        HOLD_KEY: connection,
     }
 
 

@@ -13,28 +13,58 @@ import asyncio
 from typing import Any, cast
 
 from uvicorn._types import ASGI3Application
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from gateway.transports.lean import HEADERS_KEY, UNIQUE_HEADERS_KEY, LeanCycle
 from gateway.write_batch import write_batch
+
+_current_task = asyncio.tasks._current_tasks.get  # type: ignore[attr-defined]  # the loop -> task table, untyped
 
 
 class CoalescingTransport:
     # Slots: one per client connection, and what it carries beyond writes (the disconnect watchers)
     # lives here rather than in uvicorn's protocol object, whose instance dict would grow for it.
-    __slots__ = ("_batch", "_buffer", "_lost", "_lost_watchers", "_scheduled", "_transport")
+    __slots__ = ("_batch", "_buffer", "_held", "_loop", "_lost", "_lost_watchers", "_scheduled", "_transport")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
+        self._loop = loop
         self._batch = write_batch(loop)
         self._buffer: list[bytes] = []
         self._scheduled = False
         self._lost = False
         self._lost_watchers: list[asyncio.Future[None]] | None = None
+        self._held: set[asyncio.Task[Any]] | None = None
+
+    # ---- tasks cancelled when the connection is lost (``HOLD_KEY``) ----------------------------
+    # What a request that the client's leaving must cancel (the 2026-07-28 wire's only cancellation)
+    # registers here, instead of a future and a done-callback per request.
+
+    def hold(self) -> asyncio.Task[Any] | None:
+        """Cancel the running task if the connection is lost before :meth:`release`: that task, or
+        None (nothing held) if the connection is lost already."""
+        if self._lost:
+            return None
+        # The loop's table of running tasks, read directly: asyncio.current_task() asks for the
+        # running loop, which costs a getpid() syscall in 3.11.
+        task: asyncio.Task[Any] = _current_task(self._loop)
+        if self._held is None:
+            self._held = {task}
+        else:
+            self._held.add(task)
+        return task
+
+    def release(self, task: asyncio.Task[Any]) -> None:
+        if self._held is not None:
+            self._held.discard(task)
+
+    @property
+    def is_lost(self) -> bool:
+        return self._lost
 
     def watch_lost(self) -> asyncio.Future[None]:
         """A future done once the connection is lost (``LOST_KEY``)."""
-        watcher: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        watcher: asyncio.Future[None] = self._loop.create_future()
         if self._lost:
             watcher.set_result(None)
             return watcher
@@ -55,6 +85,9 @@ class CoalescingTransport:
         for watcher in watchers:
             if not watcher.done():
                 watcher.set_result(None)
+        held, self._held = self._held or (), None
+        for task in held:
+            task.cancel()
 
     def write(self, data: bytes) -> None:
         # Sent at the end of this loop iteration, with every other connection's writes of the
@@ -96,6 +129,9 @@ ABORT_KEY = "switchboard.abort"
 # A scope's ``LOST_KEY`` makes a future that resolves when the client's connection is lost: what a
 # task blocked on ``receive()`` would learn, without a task per request (gateway/transports/http_common.py).
 LOST_KEY = "switchboard.lost"
+# A scope's ``HOLD_KEY`` is the connection's CoalescingTransport: ``hold()`` has the running task
+# cancelled when the client's connection is lost, ``release(task)`` ends that (transports/streamable_http.py).
+HOLD_KEY = "switchboard.hold"
 
 
 class CoalescingHttpToolsProtocol(HttpToolsProtocol):
@@ -138,6 +174,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         scope: dict[str, Any] = self.scope  # type: ignore[assignment]  # a plain dict; HTTPScope lists the spec's keys
         scope[ABORT_KEY] = self._abort
         scope[LOST_KEY] = self._watch_lost
+        scope[HOLD_KEY] = self.transport
 
     def _lean_start(self) -> bool:
         """Start a plain POST to a door path on the lean cycle; False (nothing done) for anything else."""
@@ -171,6 +208,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         scope[UNIQUE_HEADERS_KEY] = table
         scope[ABORT_KEY] = self._abort
         scope[LOST_KEY] = self._watch_lost
+        scope[HOLD_KEY] = self.transport
         existing = self.cycle
         cycle = LeanCycle(
             self.scope,
@@ -179,6 +217,8 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             self.server_state.default_headers,
             True,
             self.on_response_complete,
+            self.tasks,
+            self.loop,
         )
         self.cycle = cycle
         if existing is None or existing.response_complete:
@@ -187,6 +227,14 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             self.flow.pause_reading()
             self.pipeline.appendleft((cycle, self._lean_app))
         return True
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        # A lean cycle leaves uvicorn's task set itself when run_asgi ends (transports/lean.py):
+        # uvicorn's add_done_callback(tasks.discard) would cost one more loop callback per request.
+        if type(cycle) is not LeanCycle or self.config.reset_contextvars:
+            super()._start_asgi_task(cycle, app)
+            return
+        self.tasks.add(self.loop.create_task(cycle.run_asgi(app)))
 
     # ---- keep-alive: one timer per idle period ------------------------------------------------
     # uvicorn cancels its keep-alive timer on every segment received and arms a new one after every

@@ -14,6 +14,8 @@ message dicts, the per-header checks of fixed headers and one of the two writes.
 
 Invariants, the same as uvicorn's cycle (its ``send`` is inherited and serves every other message,
 so streaming answers, errors and chunked responses are uvicorn's own code):
+- the request's task is in uvicorn's ``server_state.tasks`` from its start until ``run_asgi`` ends
+  (graceful shutdown waits on that set), without a done-callback per task;
 - the app starts only once the whole body arrived; a client gone before that gets no app call;
 - ``receive()`` gives the body once (unless the app took it from the scope), then waits until the
   response completed or the client left, and says ``http.disconnect``;
@@ -41,6 +43,10 @@ HEADERS_KEY = "switchboard.headers"  # lowercase name -> raw value (http_common.
 UNIQUE_HEADERS_KEY = "switchboard.unique_headers"
 
 log = logging.getLogger("uvicorn.error")
+
+
+# asyncio.current_task is a Python function in 3.11 (it asks for the running loop, then this table).
+_current_task = asyncio.tasks._current_tasks.get  # type: ignore[attr-defined]  # the loop -> task table, untyped
 
 
 def _noop() -> None:
@@ -91,6 +97,8 @@ class LeanCycle(RequestResponseCycle):
         default_headers: list[tuple[bytes, bytes]],
         keep_alive: bool,
         on_response: Callable[[], None],
+        tasks: set[asyncio.Task[None]] | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         # With the class attributes above, every attribute uvicorn's RequestResponseCycle.send and
         # HttpToolsProtocol read; its __init__ is not called (it makes an asyncio.Event per request).
@@ -98,12 +106,22 @@ class LeanCycle(RequestResponseCycle):
         self.transport = transport
         self.flow = flow
         self.default_headers = default_headers
-        self.message_event = self  # type: ignore[assignment]  # see set()
         self.on_response = on_response
         self.keep_alive = keep_alive
         self.body = bytearray()  # per instance: on_body extends it in place
+        # uvicorn's set of request tasks (server_state.tasks: shutdown waits on it); run_asgi leaves it
+        # itself at its end, where uvicorn adds a done-callback (a loop callback per request).
+        self._tasks = tasks
+        self._loop = loop  # for the current task: asyncio.get_running_loop() costs a getpid() syscall in 3.11
 
     # ---- message_event ------------------------------------------------------------------------
+
+    @property
+    def message_event(self) -> LeanCycle:  # type: ignore[override]  # uvicorn's Event attribute; read-only: nothing assigns it
+        """The cycle stands in for uvicorn's per-request ``asyncio.Event`` (see :meth:`set`). A
+        property, not ``self.message_event = self``: that reference cycle made every finished request
+        garbage for the cyclic collector (8 containers a call, 3 ms pauses every ~100 calls at c=64)."""
+        return self
 
     def set(self) -> None:
         """uvicorn's protocol and send call ``message_event.set()`` on body, end of body, response
@@ -150,6 +168,8 @@ class LeanCycle(RequestResponseCycle):
                 self.transport.close()
         finally:
             self.on_response = _noop
+            if self._tasks is not None:
+                self._tasks.discard(_current_task(self._loop))
 
     async def receive(self) -> ASGIReceiveEvent:
         body = self.scope.pop(BODY_KEY, None)  # type: ignore[misc]  # a plain dict at runtime

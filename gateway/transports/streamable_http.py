@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from adapters.mcp import LEGACY_VERSIONS
 from adapters.mcp_modern import looks_modern
 from gateway import jsonrpc
-from gateway.transports.coalesce import LOST_KEY
+from gateway.transports.coalesce import HOLD_KEY, CoalescingTransport
 from gateway.transports.event_stream import TRANSPORT as TRANSPORT, EventStreamWriter
 from gateway.transports.http_common import (
     BodyTooLarge,
@@ -280,16 +280,25 @@ class StreamableHttpDoor:
         channel.attached = True
         writer: asyncio.Task[None] | None = None
         gone: asyncio.Future[None] | None = None
+        held: CoalescingTransport | None = None
         if cancel_on_disconnect:
-            watch = scope.get(LOST_KEY)  # watch_disconnect, inline for the gateway's own protocol
-            gone = watch() if watch is not None else watch_disconnect(scope, receive)
-            me = _current_task(_running_loop())
-            assert me is not None
-            cancel = me.cancel
-            # The task's own bound method as the callback (no closure per call): the client leaving
-            # cancels the call. Taken off again before ``gone`` is cancelled (_forget), so that ending
-            # the watch never cancels the call and schedules no callback.
-            gone.add_done_callback(cancel)
+            held = scope.get(HOLD_KEY)
+            if held is not None:
+                # The gateway's own protocol: the connection cancels the call when the client leaves
+                # (no future, no callback per call); released below on every way out.
+                me = held.hold()
+                if me is None:
+                    channel.close()
+                    return  # gone already: there is no one to answer
+            else:
+                me = _current_task(_running_loop())
+                assert me is not None
+                gone = watch_disconnect(scope, receive)
+                cancel = me.cancel
+                # The task's own bound method as the callback (no closure per call): the client leaving
+                # cancels the call. Taken off again before ``gone`` is cancelled (_forget), so that ending
+                # the watch never cancels the call and schedules no callback.
+                gone.add_done_callback(cancel)
 
         def start_streaming() -> None:
             nonlocal writer
@@ -301,7 +310,11 @@ class StreamableHttpDoor:
         try:
             response = await self._router.handle(session, message, jsonrpc.Shape.REQUEST, channel, principal)
         except asyncio.CancelledError:
-            if gone is None or not gone.done() or gone.cancelled():
+            if held is not None:
+                held.release(me)
+                if not held.is_lost:
+                    raise
+            elif gone is None or not gone.done() or gone.cancelled():
                 if gone is not None:
                     _forget(gone, cancel)
                 raise
@@ -326,7 +339,9 @@ class StreamableHttpDoor:
         if retry is not None:
             extra = [*extra, ("retry-after", retry)]
         if writer is None:
-            if gone is not None:  # _forget, inline on the common path
+            if held is not None:
+                held.release(me)
+            elif gone is not None:  # _forget, inline
                 gone.remove_done_callback(cancel)
                 gone.cancel()
             channel.close()
@@ -347,14 +362,20 @@ class StreamableHttpDoor:
         try:
             await writer
         except asyncio.CancelledError:
-            if gone is None or not gone.done() or gone.cancelled():
+            if held is not None:
+                held.release(me)
+                if not held.is_lost:
+                    raise
+            elif gone is None or not gone.done() or gone.cancelled():
                 if gone is not None:
                     _forget(gone, cancel)
                 raise
             task = asyncio.current_task()
             assert task is not None  # this coroutine runs in a task
             task.uncancel()
-        if gone is not None:
+        if held is not None:
+            held.release(me)
+        elif gone is not None:
             _forget(gone, cancel)
 
     # ---- GET ---------------------------------------------------------------------------------

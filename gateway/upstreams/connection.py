@@ -123,6 +123,8 @@ class BackendConnection:
         self._carrier: Carrier | None = None
         self._start_request: StartRequest | None = None  # the carrier's, if it has one
         self._deadlines: Deadlines | None = None  # made by start(), on the running loop
+        # The running loop, kept by start(): asyncio.get_running_loop() costs a getpid() syscall in 3.11.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._pending = PendingTable(name)
         self._ids = itertools.count(1)
         self._ready = asyncio.Event()
@@ -191,7 +193,8 @@ class BackendConnection:
     # ---- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._deadlines = Deadlines(asyncio.get_running_loop())
+        self._loop = asyncio.get_running_loop()
+        self._deadlines = Deadlines(self._loop)
         self._supervisor = asyncio.create_task(supervise(self), name=f"backend-{self.name}")
 
     async def wait_ready(self, timeout: float) -> bool:
@@ -274,7 +277,8 @@ class BackendConnection:
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": upstream_id, "method": method}
         if params is not None:
             message["params"] = params
-        pending = Pending(upstream_id, message, asyncio.get_running_loop().create_future(), owner, client_token)
+        loop = self._loop or asyncio.get_running_loop()
+        pending = Pending(upstream_id, message, loop.create_future(), owner, client_token)
         if self._identity is not None:
             # A caller's request carries the credential bound for its call (the forwarder's); the gateway's own
             # requests (no owner: handshake, lists) carry the gateway's identity toward this backend.

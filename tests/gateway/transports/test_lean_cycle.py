@@ -10,10 +10,12 @@ answers through uvicorn's inherited send, and the keep-alive timer armed once pe
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import json
 import re
 import socket
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -41,6 +43,8 @@ class Probe:
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
         self.gone = asyncio.Event()
+        self.cycles: list[weakref.ref[LeanCycle]] = []
+        self.tasks: set[asyncio.Task[None]] = set()  # uvicorn's server_state.tasks, set by the fixture
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -51,6 +55,8 @@ class Probe:
             await send({"type": "lifespan.shutdown.complete"})
             return
         lean = type(send) is LeanCycle
+        if lean:
+            self.cycles.append(weakref.ref(send))
         body = body_at_hand(scope)
         if body is None:
             body = await read_body(receive, 10 * LIMIT, None)
@@ -95,6 +101,7 @@ async def served() -> AsyncIterator[tuple[Probe, int]]:
         timeout_keep_alive=1,
     )
     server = uvicorn.Server(config)
+    probe.tasks = server.server_state.tasks
     task = asyncio.create_task(server.serve(sockets=[sock]))
     async with asyncio.timeout(10):
         while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn offers only the flag)
@@ -182,6 +189,52 @@ async def test_keep_alive_and_pipelining(served: tuple[Probe, int]) -> None:
         assert [(a["body"], a["lean"]) for a in answers] == [("c", True), ("d", False), ("e", True)]
     finally:
         writer.close()
+
+
+async def test_a_finished_request_is_freed_by_reference_counting(served: tuple[Probe, int]) -> None:
+    """No reference cycle per request: with one, every call left garbage for the cyclic collector,
+    whose runs paused the loop for milliseconds every hundred calls under load (ADR 0017)."""
+    probe, port = served
+    gc.collect()
+    gc.disable()  # only reference counting may free the cycles now
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        for text in (b"a", b"b", b"c"):
+            writer.write(post("/lean", text))
+            await read_response(reader)
+        # The third is still the connection's current cycle; the first two finished and were replaced.
+        async with asyncio.timeout(2):
+            while any(ref() is not None for ref in probe.cycles[:2]):  # noqa: ASYNC110 (their tasks end a turn later)
+                await asyncio.sleep(0.005)
+        assert len(probe.cycles) == 3
+    finally:
+        gc.enable()
+        writer.close()
+
+
+async def test_a_lean_request_is_in_uvicorns_task_set_until_it_ends(served: tuple[Probe, int]) -> None:
+    """Graceful shutdown waits on uvicorn's task set: a lean request is in it while it runs and
+    leaves it when it ends, answered, failed or abandoned, without uvicorn's done-callback."""
+    probe, port = served
+    _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(post("/gone", b"x"))
+    async with asyncio.timeout(5):
+        while not probe.calls:  # noqa: ASYNC110 (the app notes the call)
+            await asyncio.sleep(0.005)
+    [task] = probe.tasks
+    assert task.get_coro().__qualname__ == "LeanCycle.run_asgi"  # type: ignore[union-attr]
+    writer.close()
+    async with asyncio.timeout(5):
+        await probe.gone.wait()
+        while probe.tasks:  # noqa: ASYNC110 (the task ends a turn after the app)
+            await asyncio.sleep(0.005)
+    assert task.done() and not task.cancelled()
+    for path in ("/lean", "/bad", "/extra"):
+        await exchange(port, post(path, b"y"))
+    async with asyncio.timeout(5):
+        while probe.tasks:  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+    assert len(probe.cycles) == 4
 
 
 async def test_connection_close_is_honoured(served: tuple[Probe, int]) -> None:
