@@ -25,6 +25,7 @@ import yaml
 
 from tools.procs import (
     ProcessExited as ProcessExited,
+    alive as alive,
     free_port as free_port,
     stop_process as stop_process,
     wait_for_http as wait_for_http,
@@ -321,3 +322,13 @@ async def spawn_module(
             if proc.returncode is None:
                 proc.kill()
         await proc.wait()
+
+
+async def gone(pid: int, timeout_s: float = 10.0) -> bool:
+    """Whether process ``pid`` ends (or is a zombie) within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -12,6 +12,7 @@ import pytest
 from gateway.upstreams.http import HttpCarrier
 from gateway.upstreams.quick import QuickExchange
 from tests.gateway.upstreams.fakes import RIGS, WAIT_S
+from tests.support_oauth import OAuthServer
 
 
 @pytest.fixture(autouse=True)
@@ -37,3 +38,11 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(HttpCarrier, "start_request", recording)
     return names
+
+
+@pytest.fixture(scope="module")
+def oauth() -> Iterator[OAuthServer]:
+    """A real authorization server (tests/support_oauth.py) that knows the gateway as client ``gw``."""
+    with OAuthServer() as server:
+        server.add_client("gw", "gw-secret")
+        yield server

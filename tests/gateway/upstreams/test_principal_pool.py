@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,7 +20,7 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.support import RunningGateway, run_gateway, stdio_backend
+from tests.support import RunningGateway, alive, gone, run_gateway, stdio_backend
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -68,23 +66,6 @@ async def whoami(client: Client, name: str = "envs__whoami") -> dict[str, Any]:
     assert isinstance(block, types.TextContent)
     value: dict[str, Any] = json.loads(block.text)
     return value
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-async def gone(pid: int, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.05)
-    return True
 
 
 async def get(gw: RunningGateway, path: str, token: str | None = None) -> httpx.Response:

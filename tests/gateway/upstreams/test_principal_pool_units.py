@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
-import time
 from functools import partial
 from pathlib import Path
 
@@ -23,7 +21,7 @@ from gateway.upstreams.principal_pool import PoolHead, PoolRefused, PrincipalPoo
 from policies.patterns import CapabilitySet
 from policies.principal import ANONYMOUS_ALL, Principal
 from policies.principal_pool import PoolAdmission
-from tests.support import QuietHandler, stdio_backend
+from tests.support import QuietHandler, alive, gone, stdio_backend
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -47,23 +45,6 @@ def make_pool(cfg: Backend) -> PrincipalPool:
 
     admission = PoolAdmission("envs", cfg.principal_env, cfg.default_env, cfg.principal_env_var)
     return PrincipalPool(head, admission, connect, list_cache_s=60.0)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-async def gone(pid: int, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.05)
-    return True
 
 
 def pid_of(conn: BackendConnection) -> int:

@@ -42,13 +42,6 @@ STATIC_SECRET = "static-secret-token-of-svc"
 
 
 @pytest.fixture(scope="module")
-def oauth() -> Iterator[OAuthServer]:
-    with OAuthServer() as server:
-        server.add_client("gw", "gw-secret")
-        yield server
-
-
-@pytest.fixture(scope="module")
 def backend() -> Iterator[AuthBackend]:
     with AuthBackend() as running:
         yield running

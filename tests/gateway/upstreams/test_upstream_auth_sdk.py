@@ -61,13 +61,6 @@ async def on_call_tool(
 
 
 @pytest.fixture(scope="module")
-def oauth() -> Iterator[OAuthServer]:
-    with OAuthServer() as server:
-        server.add_client("gw", "gw-secret")
-        yield server
-
-
-@pytest.fixture(scope="module")
 def sdk_backend(oauth: OAuthServer) -> Iterator[str]:
     sock = socket.create_server(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
