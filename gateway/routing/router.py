@@ -29,6 +29,7 @@ from gateway import jsonrpc
 from gateway.events import Dialect
 from gateway.federation import LIST_METHODS, ListKind, View
 from gateway.routing.call import Call, Handler, PolicyDenied, Routed
+from gateway.routing.subscribe_calls import SubscribeCalls
 from gateway.telemetry.conventions import error_type_of
 from policies.chain import Decision, Target
 
@@ -106,7 +107,7 @@ class Router:
         log and span annotations after each audit record (gateway/telemetry/; None: off, one check)."""
         self._chain = chain
         self._catalog = catalog
-        self._subscriptions = subscriptions
+        subscribe_calls = SubscribeCalls(catalog, subscriptions, forwarder)
         self._forwarder = forwarder
         self._client = client_messages
         self._levels = levels
@@ -131,8 +132,8 @@ class Router:
             "tools/call": self._named_call,
             "prompts/get": self._named_call,
             "resources/read": self._uri_call,
-            "resources/subscribe": self._subscribe,
-            "resources/unsubscribe": self._unsubscribe,
+            "resources/subscribe": subscribe_calls.subscribe,
+            "resources/unsubscribe": subscribe_calls.unsubscribe,
             "completion/complete": self._complete,
             **dict.fromkeys(mcpl_adapter.HOST_REQUESTS, self._mcpl_request),
         }
@@ -461,29 +462,6 @@ class Router:
         else:
             raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, f"Unknown ref type {ref.get('type')!r}")
         return await self._forwarder.forward(call, backend, {**call.params, "ref": new_ref})
-
-    async def _subscribe(self, call: Call) -> Routed:
-        session = call.session
-        backend, original = await self._catalog.resolve_uri(session.view, call.params.get("uri"), call.principal)
-        table = self._subscriptions
-        if table.held(backend, original) or table.by_listen_filter(backend):
-            # Already watched for another session, or a modern backend (no resources/subscribe: the
-            # URI joins its listen filter).
-            table.add(session, backend, original)
-            return Routed(jsonrpc.result(call.rpc_id, {}))
-        routed = await self._forwarder.forward(call, backend, {**call.params, "uri": original})
-        if "result" in routed.response:
-            table.hold(session, backend, original)
-        return routed
-
-    async def _unsubscribe(self, call: Call) -> Routed:
-        backend, original = await self._catalog.resolve_uri(call.session.view, call.params.get("uri"), call.principal)
-        table = self._subscriptions
-        if not table.release(call.session, backend, original):
-            return Routed(jsonrpc.result(call.rpc_id, {}))
-        if table.stop_listening(backend, original):
-            return Routed(jsonrpc.result(call.rpc_id, {}))
-        return await self._forwarder.forward(call, backend, {**call.params, "uri": original})
 
     async def _passthrough(self, call: Call) -> Routed:
         """A method the gateway does not interpret goes, untouched, to the one backend that can take it."""
