@@ -42,6 +42,7 @@ BOB = [
     "mcp/request:tools/call:say",
     "mcp/request:tools/call:simple",
     "mcp/request:tools/call:test_simple_text",
+    "mcp/request:prompts/get:hello",  # the renamed greet of "desk", not greet itself
 ]
 CONFIG: dict[str, Any] = {
     "auth": {},
@@ -61,6 +62,7 @@ CONFIG: dict[str, Any] = {
             "instructions": "Use say first.",
         },
         "private": {"tools": ["demo:*"], "principals": ["alice"]},
+        "desk": {"prompts": ["demo:greet"], "rename": {"hello": "demo:greet"}},
     },
 }
 
@@ -152,6 +154,20 @@ async def test_a_rename_never_widens_a_capability(gateway: RunningGateway) -> No
         assert "simple" in text_of(await client.call_tool("simple", {})).lower()
     async with sdk(gateway.server("demo"), "bob") as client:  # the backend's own door agrees
         assert {t.name for t in (await client.list_tools()).tools} == set()
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_renamed_prompt_never_widens_a_capability(gateway: RunningGateway, mode: str) -> None:
+    """bob may get the exposed ``hello`` but not demo's ``greet`` behind it, on both eras: a prompts/get
+    is held to the real prompt's names as a tools/call is (no shortcut may skip it)."""
+    async with sdk(gateway.server("desk"), "bob", mode) as client:
+        assert (await client.list_prompts()).prompts == []
+        with pytest.raises(MCPError) as refused:
+            await client.get_prompt("hello", {"name": "Ada"})
+        assert refused.value.error.code == -32093
+    async with sdk(gateway.server("desk"), "alice", mode) as client:
+        assert [p.name for p in (await client.list_prompts()).prompts] == ["hello"]
+        assert "Ada" in json.dumps((await client.get_prompt("hello", {"name": "Ada"})).model_dump(mode="json"))
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
