@@ -281,6 +281,8 @@ class StreamableHttpDoor:
         writer: asyncio.Task[None] | None = None
         gone: asyncio.Future[None] | None = None
         held: CoalescingTransport | None = None
+        me: Any = None  # what the connection holds for this call, or its task (with a disconnect watch)
+        cancel: Callable[..., object] | None = None
         if cancel_on_disconnect:
             held = scope.get(HOLD_KEY)
             if held is not None:
@@ -310,17 +312,8 @@ class StreamableHttpDoor:
         try:
             response = await self._router.handle(session, message, jsonrpc.Shape.REQUEST, channel, principal)
         except asyncio.CancelledError:
-            if held is not None:
-                held.release(me)
-                if not held.is_lost:
-                    raise
-            elif gone is None or not gone.done() or gone.cancelled():
-                if gone is not None:
-                    _forget(gone, cancel)
+            if not _client_left(held, me, gone, cancel):
                 raise
-            task = asyncio.current_task()
-            assert task is not None  # this coroutine runs in a task
-            task.uncancel()
             channel.close()
             if writer is not None:
                 writer.cancel()
@@ -341,7 +334,7 @@ class StreamableHttpDoor:
         if writer is None:
             if held is not None:
                 held.release(me)
-            elif gone is not None:  # _forget, inline
+            elif gone is not None and cancel is not None:  # _forget, inline
                 gone.remove_done_callback(cancel)
                 gone.cancel()
             channel.close()
@@ -362,20 +355,11 @@ class StreamableHttpDoor:
         try:
             await writer
         except asyncio.CancelledError:
-            if held is not None:
-                held.release(me)
-                if not held.is_lost:
-                    raise
-            elif gone is None or not gone.done() or gone.cancelled():
-                if gone is not None:
-                    _forget(gone, cancel)
+            if not _client_left(held, me, gone, cancel):
                 raise
-            task = asyncio.current_task()
-            assert task is not None  # this coroutine runs in a task
-            task.uncancel()
         if held is not None:
             held.release(me)
-        elif gone is not None:
+        elif gone is not None and cancel is not None:
             _forget(gone, cancel)
 
     # ---- GET ---------------------------------------------------------------------------------
@@ -442,6 +426,26 @@ async def _nothing() -> None:
 # asyncio.current_task is a Python function in 3.11 (it asks for the running loop, then this table).
 _running_loop = asyncio.get_running_loop
 _current_task = asyncio.tasks._current_tasks.get  # type: ignore[attr-defined]  # the loop -> task table, untyped
+
+
+def _client_left(
+    held: CoalescingTransport | None, me: Any, gone: asyncio.Future[None] | None, cancel: Callable[..., object] | None
+) -> bool:
+    """After the call's task was cancelled: end the watch, and say whether the client leaving did it.
+    True: the task is uncancelled (the call ends quietly, there is no one to answer); False: the
+    cancellation came from elsewhere and must propagate."""
+    if held is not None:
+        held.release(me)
+        if not held.is_lost:
+            return False
+    elif gone is None or not gone.done() or gone.cancelled():
+        if gone is not None and cancel is not None:
+            _forget(gone, cancel)
+        return False
+    task = asyncio.current_task()
+    assert task is not None  # the call runs in a task
+    task.uncancel()
+    return True
 
 
 def _forget(gone: asyncio.Future[None], cancel: Callable[..., object]) -> None:
