@@ -30,7 +30,7 @@ from adapters import mcp_modern
 from adapters.mcp import CLIENT_CAPABILITY_OF
 from gateway import jsonrpc
 from gateway.routing.call import Call, CallSink
-from gateway.routing.forwarding import call_backend, finish
+from gateway.routing.forwarding import begin_call, call_backend, finish
 from gateway.sessions import InputSignal
 
 if TYPE_CHECKING:
@@ -98,12 +98,7 @@ class EraBridge:
         told the call is cancelled) and the client gets -32021, as on the parking path."""
         session, event = call.session, call.event
         rpc_id, method = event.rpc_id, event.method or ""
-        if stream_sink is None:
-            pending = conn.begin(method, params or None, CallSink(session, call.channel))
-        else:
-            pending = conn.begin(method, params or None, stream_sink)
-            stream_sink.began(conn, pending)
-        session.inflight[rpc_id] = (conn, pending)
+        pending = begin_call(session, rpc_id, conn, method, params or None, call.channel, stream_sink)
         signal = session.input_ready = InputSignal(functools.partial(conn.cancel, pending, _UNASKABLE))
         try:
             response = await conn.call(pending)

@@ -48,8 +48,29 @@ if TYPE_CHECKING:
     from gateway.upstreams.affinity import EraAffinity
     from gateway.upstreams.connection import BackendConnection
     from gateway.upstreams.credentials import UpstreamCredentials
+    from gateway.upstreams.pending import Pending
     from gateway.upstreams.principal_pool import PrincipalPool
     from policies.load import LoadPolicy
+
+
+def begin_call(
+    session: ClientSession,
+    client_id: Any,
+    conn: BackendConnection,
+    method: str,
+    params: dict[str, Any] | None,
+    channel: Channel,
+    sink: CallSink | None = None,
+) -> Pending:
+    """Send the request and record it in ``session.inflight`` (so that a cancellation or the session's
+    end reaches the backend); the caller awaits ``conn.call`` and takes the entry out."""
+    if sink is None:
+        pending = conn.begin(method, params, CallSink(session, channel))
+    else:
+        pending = conn.begin(method, params, sink)
+        sink.began(conn, pending)
+    session.inflight[client_id] = (conn, pending)
+    return pending
 
 
 async def call_backend(
@@ -63,12 +84,7 @@ async def call_backend(
 ) -> dict[str, Any]:
     """One request to the backend on behalf of ``session``; related messages go to ``channel``
     (or to ``sink``, which then hears of the upstream id: an MGP stream's, gateway/mgp/streaming.py)."""
-    if sink is None:
-        pending = conn.begin(method, params, CallSink(session, channel))
-    else:
-        pending = conn.begin(method, params, sink)
-        sink.began(conn, pending)
-    session.inflight[client_id] = (conn, pending)
+    pending = begin_call(session, client_id, conn, method, params, channel, sink)
     try:
         return await conn.call(pending)
     finally:
