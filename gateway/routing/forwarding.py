@@ -147,7 +147,7 @@ class Forwarder:
 
     async def forward(self, call: Call, backend: str, params: dict[str, Any] | None, bound: bool = False) -> Routed:
         upstream = self._upstream
-        if not bound and upstream is not None and backend in upstream:
+        if not bound and upstream is not None and backend in upstream.providers:
             # The call's credential toward this backend (may exchange the caller's token; a failure is the
             # caller's clear error, never a shared credential), bound to this call's requests only.
             token = await upstream.bind(backend, call.principal.name)

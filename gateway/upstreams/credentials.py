@@ -40,7 +40,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from gateway import jsonrpc
 from gateway.config_backend import Backend as BackendConfig
@@ -327,22 +327,20 @@ class UpstreamCredentials:
 
     def __init__(self, audit: Audit) -> None:
         self._audit = audit
-        self._providers: dict[str, Provider] = {}
+        # Backend name → its provider; read by the forwarder on every call (a dict lookup, no Python call).
+        self.providers: dict[str, Provider] = {}
         self._retired: list[Provider] = []  # replaced by a runtime re-registration: closed with the rest
         self.exchanges = False  # some backend exchanges the caller's token: requests must note it
-
-    def __contains__(self, backend: object) -> bool:
-        return backend in self._providers
 
     def provider_for(self, name: str, config: BackendConfig) -> Provider | None:
         """The provider of backend ``name`` (made on first need), or None when its auth needs none."""
         auth = config.auth
-        provider = self._providers.get(name)
+        provider = self.providers.get(name)
         if provider is not None:
             if provider.source == auth:  # the twin of a dual-era backend shares its primary's
                 return provider
             # A backend registered again at runtime (MGP §15) with another auth: a provider of its own.
-            self._retired.append(self._providers.pop(name))
+            self._retired.append(self.providers.pop(name))
         if isinstance(auth, ClientCredentialsAuth):
             provider = ClientCredentialsProvider(name, auth, self._audit)
         elif isinstance(auth, TokenExchangeAuth):
@@ -353,12 +351,12 @@ class UpstreamCredentials:
         else:
             return None
         provider.source = auth
-        self._providers[name] = provider
+        self.providers[name] = provider
         return provider
 
     async def bind(self, backend: str, principal: str) -> contextvars.Token[tuple[str, Headers] | None]:
         """Get the call's headers (may exchange; raises UpstreamCredentialError) and bind them to this context."""
-        provider = self._providers[backend]
+        provider = self.providers[backend]
         headers = await provider.for_call(principal)
         if provider.per_user:  # the carrier keeps this caller's own legacy session (user_sessions.py)
             headers = CallHeaders(headers, principal)
@@ -369,9 +367,5 @@ class UpstreamCredentials:
         _CALL.reset(token)
 
     async def close(self) -> None:
-        for provider in [*self._providers.values(), *self._retired]:
+        for provider in [*self.providers.values(), *self._retired]:
             await provider.close()
-
-    def providers(self) -> dict[str, Any]:
-        """Which backends have which provider (for tests and the admin view)."""
-        return {name: type(provider).__name__ for name, provider in self._providers.items()}
