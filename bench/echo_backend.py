@@ -113,6 +113,16 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
+async def read_body(receive: Receive) -> bytes:
+    """The whole request body, however many ASGI messages it came in."""
+    body = b""
+    while True:
+        event = await receive()
+        body += event.get("body", b"")
+        if not event.get("more_body", False):
+            return body
+
+
 class EchoApp:
     """Raw ASGI application serving the Streamable HTTP endpoint at ``path``."""
 
@@ -148,12 +158,7 @@ class EchoApp:
             await self._respond(send, 405, b"", extra=[(b"allow", b"POST, DELETE")])
 
     async def _post(self, scope: Scope, receive: Receive, send: Send, session_id: bytes | None) -> None:
-        body = b""
-        while True:
-            event = await receive()
-            body += event.get("body", b"")
-            if not event.get("more_body", False):
-                break
+        body = await read_body(receive)
         try:
             msg = orjson.loads(body)
         except orjson.JSONDecodeError:

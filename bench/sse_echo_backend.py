@@ -20,19 +20,14 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.echo_backend import EchoApp, Receive, Scope, Send, handle_message
+from bench.echo_backend import EchoApp, Receive, Scope, Send, handle_message, read_body
 
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
 
 class SseEchoApp(EchoApp):
     async def _post(self, scope: Scope, receive: Receive, send: Send, session_id: bytes | None) -> None:
-        body = b""
-        while True:
-            event = await receive()
-            body += event.get("body", b"")
-            if not event.get("more_body", False):
-                break
+        body = await read_body(receive)
         try:
             msg: Any = orjson.loads(body)
         except orjson.JSONDecodeError:
