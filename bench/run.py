@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.roundtrip.common import LOG_DIR, MODERN_PROTOCOL_VERSION, PROTOCOL_VERSION, RESULTS_DIR, StartError, log
 from bench.roundtrip.goals import evaluate_goals
-from bench.roundtrip.measure import TargetOutcome, add_derived, measure_target
+from bench.roundtrip.measure import TARGET_WARMUP_CONCURRENCY, TargetOutcome, add_derived, measure_target
 from bench.roundtrip.report import goals_table, loadavg, machine_info, markdown_table, versions, write_results_md
 from bench.roundtrip.services import stop_all
 from bench.roundtrip.targets import ALL_TARGETS, TargetSpec, build_target
@@ -60,6 +60,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=_env_float("BENCH_WARMUP", 2.0),
         help="seconds of warm-up before each run (env BENCH_WARMUP, default 2)",
+    )
+    p.add_argument(
+        "--target-warmup",
+        type=float,
+        default=_env_float("BENCH_TARGET_WARMUP", 5.0),
+        help=f"seconds of warm-up at c={TARGET_WARMUP_CONCURRENCY} once per target, before its first level: a JIT "
+        "(node) or a cache warms by calls served, so every target gets as many as its speed at c=16 allows "
+        "before c=1 is measured (env BENCH_TARGET_WARMUP, default 5; 0: none)",
     )
     p.add_argument(
         "--concurrency",
@@ -120,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     _install_signal_handlers()
     started = dt.datetime.now(dt.UTC)
     load_start = loadavg()
-    est = len(args.target_list) * len(args.concurrency_list) * (args.duration + args.warmup)
+    est = len(args.target_list) * (len(args.concurrency_list) * (args.duration + args.warmup) + args.target_warmup)
     log(
         f"targets: {', '.join(args.target_list)}; concurrency {args.concurrency_list}; "
         f"{args.duration:g}s + {args.warmup:g}s warm-up each (≈{est / 60:.1f} min of load)"
@@ -131,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
             spec: TargetSpec | None = None
             try:
                 spec = build_target(name, Path(tmp), args.sdk_json_response)
-                outcome = measure_target(spec, args.concurrency_list, args.duration, args.warmup, args.threads)
+                outcome = measure_target(
+                    spec, args.concurrency_list, args.duration, args.warmup, args.threads, args.target_warmup
+                )
             except StartError as exc:
                 outcome = TargetOutcome(name, "skipped", "", reason=str(exc))
             finally:
@@ -164,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {
             "duration_s": args.duration,
             "warmup_s": args.warmup,
+            "target_warmup_s": args.target_warmup,
+            "target_warmup_concurrency": TARGET_WARMUP_CONCURRENCY,
             "concurrency": args.concurrency_list,
             "wrk_threads": args.threads,
             "protocol_version": PROTOCOL_VERSION,

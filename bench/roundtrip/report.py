@@ -130,6 +130,11 @@ def write_results_md(report: dict[str, Any], table: str, goals_md: str) -> None:
     kind = "full run" if sb_ok and sb_ran else "peers-only baseline (Switchboard not measured)"
     mi = report["machine"]
     st = report["settings"]
+    warm = (
+        f"each target first warmed {st['target_warmup_s']:g} s at c={st['target_warmup_concurrency']}, "
+        if st.get("target_warmup_s")
+        else ""
+    )
     lines = [
         "",
         f"## {report['started_at']} — {kind}",
@@ -140,7 +145,7 @@ def write_results_md(report: dict[str, Any], table: str, goals_md: str) -> None:
         f"- other load: load average {mi['loadavg_start']} at start, {mi['loadavg_end']} at end; "
         f"processes other than wrk, proxy and backend used up to {mi['max_other_load_cores']:.2f} cores "
         "during the measured runs",
-        f"- settings: {st['duration_s']:g} s per run after a {st['warmup_s']:g} s warm-up, "
+        f"- settings: {st['duration_s']:g} s per run after a {st['warmup_s']:g} s warm-up, {warm}"
         f"concurrency {', '.join(map(str, st['concurrency']))}, wrk threads {st['wrk_threads']}, "
         f"protocol {PROTOCOL_VERSION} sessions (switchboard-modern: stateless {MODERN_PROTOCOL_VERSION} "
         "requests), SDK server answers "
