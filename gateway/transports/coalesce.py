@@ -151,11 +151,14 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         self._abort = transport.abort
         self._watch_lost = coalescing.watch_lost
         self._idle_since: float | None = None
-        # The paths FastPath (gateway/app.py) serves straight from a door, and its body limit.
-        self._lean_posts: dict[bytes, str] = {p: p.decode("ascii") for p in getattr(self.app, "lean_posts", ())}
+        # The paths FastPath (gateway/app.py) serves straight from a door (raw path -> its path and what
+        # serves a POST to it, made once by the app), and its body limit.
+        self._lean_posts: dict[bytes, tuple[str, ASGI3Application]] = getattr(self.app, "lean_doors", None) or {
+            # Another app: its dispatch (the app without a coroutine frame of its own) or itself.
+            p: (p.decode("ascii"), getattr(self.app, "dispatch", self.app))
+            for p in getattr(self.app, "lean_posts", ())
+        }
         self._lean_limit: int = getattr(self.app, "lean_body_limit", 0)
-        # FastPath.dispatch: the app without its own coroutine frame (the lean cycle awaits what it returns).
-        self._lean_app: ASGI3Application = getattr(self.app, "dispatch", self.app)
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -201,7 +204,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             return False  # the door answers 411/413 the usual way
         scope: dict[str, Any] = self.scope  # type: ignore[assignment]  # a plain dict; HTTPScope lists the spec's keys
         scope["method"] = "POST"
-        scope["path"] = self._lean_posts[self.url]
+        scope["path"], app = self._lean_posts[self.url]
         scope["raw_path"] = self.url
         scope["query_string"] = b""
         scope[HEADERS_KEY] = table
@@ -222,10 +225,10 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         )
         self.cycle = cycle
         if existing is None or existing.response_complete:
-            self._start_asgi_task(cycle, self._lean_app)
+            self._start_asgi_task(cycle, app)
         else:  # pipelined behind a response still under way, as uvicorn queues it
             self.flow.pause_reading()
-            self.pipeline.appendleft((cycle, self._lean_app))
+            self.pipeline.appendleft((cycle, app))
         return True
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:

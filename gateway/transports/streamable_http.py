@@ -116,6 +116,13 @@ class StreamableHttpDoor:
             extra=[("allow", "GET, POST, DELETE")],
         )
 
+    def post(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """:meth:`dispatch` of a request known to be an HTTP POST (the lean cycle's: gateway/app.py)."""
+        view = self._view_of(scope)
+        if view is None:
+            return send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "No such server")
+        return self._post(scope, receive, send, view)
+
     # ---- helpers -----------------------------------------------------------------------------
 
     async def _session(
