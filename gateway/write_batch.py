@@ -85,9 +85,17 @@ class WriteBatch:
             self._scheduled = True
             self._loop.call_soon(self._flush)
 
+    def flush_now(self) -> None:
+        """What is pending, sent now rather than at the end of the iteration (a transport closing
+        must not lose what it gave the batch)."""
+        if self._pending:
+            self._flush()
+
     def _flush(self) -> None:
         self._scheduled = False
         pending, self._pending = self._pending, []
+        if not pending:
+            return  # sent early by flush_now: this iteration's flush has nothing left
         if len(pending) == 1:
             self._lone += 1
             if self._lone >= QUIET_AFTER:
