@@ -11,6 +11,7 @@ gateway/transports/event_stream.py.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,6 @@ from gateway.transports.http_common import (
     Scope,
     Send,
     accepts,
-    answered_now,
     body_at_hand,
     header,
     headers_of,
@@ -40,11 +40,13 @@ from gateway.transports.http_common import (
     text,
     watch_disconnect,
 )
+from gateway.transports.lean import LeanCycle
 from gateway.transports.streamable_http_modern import ModernExchange
 from policies.auth import AuthError
 from policies.principal import Principal
 
 if TYPE_CHECKING:
+    from gateway.channels import Channel
     from gateway.config import Limits
     from gateway.federation import View
     from gateway.metrics import Metrics
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _ACCEPT_BOTH = b"application/json, text/event-stream"  # what the SDK clients send
+_JSON = b"application/json"
 
 
 class StreamableHttpDoor:
@@ -334,12 +337,10 @@ class StreamableHttpDoor:
         results and maps error codes to statuses). With ``cancel_on_disconnect`` a client that
         closes its connection cancels the call (the modern era's only cancellation).
         """
-        resumable = session.codec.resumable_streams
-        # Kept for Last-Event-ID only once it streams (start_streaming): most calls are answered as
+        # Kept for Last-Event-ID only once it streams (_start_streaming): most calls are answered as
         # JSON, and a channel kept per call would push the streams a client may resume out of the window.
         channel = session.new_stream(resumable=False)
         channel.attached = True
-        writer: asyncio.Task[None] | None = None
         gone: asyncio.Future[None] | None = None
         held: CoalescingTransport | None = None
         me: Any = None  # what the connection holds for this call, or its task (with a disconnect watch)
@@ -363,21 +364,20 @@ class StreamableHttpDoor:
                 # the watch never cancels the call and schedules no callback.
                 gone.add_done_callback(cancel)
 
-        def start_streaming() -> None:
-            nonlocal writer
-            if resumable:
-                session.keep_stream(channel)
-            writer = asyncio.create_task(self._sse.respond(scope, receive, send, session, channel, extra, gone))
-
-        channel.on_first_push = start_streaming
+        # The SSE writer, once something precedes the result (a partial, not a closure: the call's
+        # variables stay plain locals rather than cells); it puts its task in ``started``.
+        started: list[asyncio.Task[None]] = []
+        channel.on_first_push = functools.partial(
+            self._start_streaming, started, scope, receive, send, session, channel, extra, gone
+        )
         try:
             response = await self._router.handle(session, message, jsonrpc.Shape.REQUEST, channel, principal)
         except asyncio.CancelledError:
             if not _client_left(held, me, gone, cancel):
                 raise
             channel.close()
-            if writer is not None:
-                writer.cancel()
+            if started:
+                started[0].cancel()
             return  # the client left: the call was cancelled, there is no one to answer
         except Exception:
             log.exception("request %s failed inside the gateway", message.get("method"))
@@ -385,31 +385,36 @@ class StreamableHttpDoor:
         finally:
             channel.on_first_push = None
         status = 200
-        if response is not None and finish is not None:
-            status, response = finish(response)
-        elif response is not None:
-            status = http_status_of(response)
-        retry = retry_after(response) if status == 429 else None
-        if retry is not None:
-            extra = [*extra, ("retry-after", retry)]
-        if writer is None:
+        if response is not None:
+            if finish is not None:
+                status, response = finish(response)
+            elif "error" in response:
+                status = http_status_of(response)
+            if status == 429 and (retry := retry_after(response)) is not None:
+                extra = [*extra, ("retry-after", retry)]
+        if not started:
             if held is not None:
                 held.release(me)
             elif gone is not None and cancel is not None:  # _forget, inline
                 gone.remove_done_callback(cancel)
                 gone.cancel()
-            channel.close()
-            channel.attached = False
             try:
                 if response is not None:
                     body = jsonrpc.dumps(response)
-                    if not answered_now(send, status, body, extra):
+                    # answered_now, inline: the lean cycle's answer in one write, without a coroutine.
+                    if not (type(send) is LeanCycle and send.respond_now(status, _JSON, body, extra)):
                         await send_bytes(send, status, body, extra=extra)
                 else:  # the request ended the session (the draft's exit): nothing to answer but receipt
                     await send_bytes(send, 202, b"", extra=extra)
             except OSError:
                 pass  # the client left; the answer has nowhere to go
+            finally:
+                # After the answer left (off a lone call's critical path): the router has returned,
+                # nothing is pushed here any more.
+                channel.close()
+                channel.attached = False
             return
+        writer = started[0]
         if response is not None:
             channel.push(response)
         channel.close()
@@ -422,6 +427,22 @@ class StreamableHttpDoor:
             held.release(me)
         elif gone is not None and cancel is not None:
             _forget(gone, cancel)
+
+    def _start_streaming(
+        self,
+        started: list[asyncio.Task[None]],
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        session: ClientSession,
+        channel: Channel,
+        extra: list[tuple[str, str]],
+        gone: asyncio.Future[None] | None,
+    ) -> None:
+        """A call's answer becomes an SSE stream, written by its own task, from the first push on."""
+        if session.codec.resumable_streams:
+            session.keep_stream(channel)
+        started.append(asyncio.create_task(self._sse.respond(scope, receive, send, session, channel, extra, gone)))
 
     # ---- GET ---------------------------------------------------------------------------------
 
