@@ -147,7 +147,8 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
 
     Relies on uvicorn's HttpToolsProtocol internals (pinned by tests/gateway/transports/test_lean_cycle.py):
     its parser callbacks, ``cycle``/``pipeline``/``_start_asgi_task``, and ``_unset_keepalive_if_required``
-    being what ``data_received`` calls on every segment."""
+    being what ``data_received`` calls on every segment. A lean request's body callbacks (``on_body``,
+    ``on_message_complete``) are this class's own."""
 
     # Like uvicorn's own, this narrows asyncio.Protocol's BaseTransport parameter to a Transport.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's signature

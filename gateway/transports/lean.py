@@ -9,8 +9,9 @@ What it saves, per request: the ``asyncio.Event`` (the cycle is its own ``messag
 event is made only if someone waits), the ``receive()`` round for the body (the body, whole, is in
 the scope under ``BODY_KEY`` when the app starts), the header scans (the protocol's table of them is
 in the scope under ``HEADERS_KEY``), and, for a fixed response (:meth:`LeanCycle.respond`, used by
-``http_common.send_bytes`` and, without a coroutine, ``http_common.answered_now``), the two ASGI
-message dicts, the per-header checks of fixed headers and one of the two writes.
+``http_common.send_bytes`` and, without a coroutine, ``http_common.answered_now`` and the Streamable
+HTTP door), the two ASGI message dicts, the per-header checks of fixed headers and one of the two
+writes.
 
 Invariants, the same as uvicorn's cycle (its ``send`` is inherited and serves every other message,
 so streaming answers, errors and chunked responses are uvicorn's own code):
