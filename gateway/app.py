@@ -51,6 +51,7 @@ class FastPath:
         guard: OriginGuard,
         lean: tuple[str, ...] = (),
         lean_body_limit: int = 0,
+        lean_doors: dict[str, Callable[[Any, Any, Any], Awaitable[None]]] | None = None,
         auth_pending: Callable[[Any], Awaitable[object] | None] | None = None,
     ) -> None:
         self.app = app
@@ -62,8 +63,14 @@ class FastPath:
         self._auth_pending = auth_pending
         # What the gateway's protocol may serve on its lean cycle (transports/lean.py): plain POSTs to
         # these exact paths, with a Content-Length within this limit.
+        lean_doors = lean_doors or {}
         self.lean_posts = frozenset(path.encode() for path in lean)
         self.lean_body_limit = lean_body_limit
+        # ... and what serves each (raw path -> (path, handler)): the entrance for a request known to
+        # be a plain HTTP POST to that exact path, so asked nothing dispatch would ask of it.
+        self.lean_doors: dict[bytes, tuple[str, Callable[[Any, Any, Any], Awaitable[None]]]] = {
+            path.encode(): (path, self._lean_door(lean_doors.get(path) or exact[path])) for path in lean
+        }
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await self.dispatch(scope, receive, send)
@@ -85,6 +92,25 @@ class FastPath:
             if handler is not None:
                 return handler(scope, receive, send)
         return self.app(scope, receive, send)
+
+    def _lean_door(
+        self, handler: Callable[[Any, Any, Any], Awaitable[None]]
+    ) -> Callable[[Any, Any, Any], Awaitable[None]]:
+        """:meth:`dispatch` for a plain HTTP POST to the exact path ``handler`` serves (the gateway's
+        protocol knows it is one: transports/coalesce.py): the same rule and token wait, then the door."""
+        check, auth_pending = self._guard.check, self._auth_pending
+
+        def serve(scope: Any, receive: Any, send: Any) -> Awaitable[None]:
+            refused = check(scope)
+            if refused is not None:
+                return refuse(scope, send, *refused)
+            if auth_pending is not None:
+                waiting = auth_pending(scope)
+                if waiting is not None:
+                    return after_auth_wait(waiting, handler, scope, receive, send)
+            return handler(scope, receive, send)
+
+        return serve
 
     def _route(self, scope: Any, receive: Any, send: Any) -> Awaitable[None]:
         """The tail of :meth:`dispatch`, once the token's network needs are met (one frame less inline)."""
@@ -241,7 +267,13 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
         "/messages": sse_fed.messages,
     }
     served = FastPath(
-        app, exact, OriginGuard(gw.config), ("/mcp", "/messages"), limits.max_body_bytes, auth_pending=gw.auth_pending
+        app,
+        exact,
+        OriginGuard(gw.config),
+        ("/mcp", "/messages"),
+        limits.max_body_bytes,
+        lean_doors={"/mcp": mcp_fed.post},
+        auth_pending=gw.auth_pending,
     )
     gw.replicas.serve(served)  # requests other replicas relay here run through the same app
     return served

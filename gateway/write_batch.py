@@ -20,8 +20,9 @@ was.
 Invariants: a write is delayed by at most one loop iteration (``call_soon``), never by a timer, so
 SSE events and progress still leave as they are produced; writes to one transport keep their
 order (a write is sent at once only when nothing at all is pending in the batch); a transport
-closing meanwhile gets nothing (as a direct write to it would be dropped); a failing write never
-raises into the writer, sent at once or batched.
+closing meanwhile gets nothing (as a direct write to it would be dropped), so a transport that
+gives the batch whole writes sends them first when it closes (:meth:`WriteBatch.flush_now`,
+transports/coalesce.py); a failing write never raises into the writer, sent at once or batched.
 """
 
 from __future__ import annotations
@@ -85,9 +86,17 @@ class WriteBatch:
             self._scheduled = True
             self._loop.call_soon(self._flush)
 
+    def flush_now(self) -> None:
+        """What is pending, sent now rather than at the end of the iteration (a transport closing
+        must not lose what it gave the batch)."""
+        if self._pending:
+            self._flush()
+
     def _flush(self) -> None:
         self._scheduled = False
         pending, self._pending = self._pending, []
+        if not pending:
+            return  # sent early by flush_now: this iteration's flush has nothing left
         if len(pending) == 1:
             self._lone += 1
             if self._lone >= QUIET_AFTER:

@@ -88,6 +88,11 @@ class LocalSessions:
     async def find(self, session_id: str) -> ClientSession | None:
         return self._store.get(session_id)
 
+    def find_now(self, session_id: str) -> ClientSession | None:
+        """:meth:`find` without a coroutine. A door may use it instead of ``find`` and skip
+        :meth:`settle` (nothing to share): only one replica has it."""
+        return self._store.get(session_id)
+
     async def settle(self, session: ClientSession) -> None:
         return None
 

@@ -13,6 +13,7 @@ import asyncio
 from typing import Any, cast
 
 from uvicorn._types import ASGI3Application
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from gateway.transports.lean import HEADERS_KEY, UNIQUE_HEADERS_KEY, LeanCycle
@@ -99,10 +100,14 @@ class CoalescingTransport:
 
     def write_whole(self, data: bytes) -> None:
         """A whole response in one piece (the lean cycle's): with nothing of this connection
-        buffered it has nothing to be coalesced with, so it leaves at once while the loop is quiet
-        (gateway/write_batch.py); otherwise as :meth:`write`."""
-        if self._buffer or not self._batch.send_now(self._transport, data):
+        buffered it has nothing to be coalesced with, so it goes to the batch as it is, which sends
+        it at once while the loop is quiet (gateway/write_batch.py); otherwise as :meth:`write`.
+        (Straight to the batch: no flush of this transport's own per response; :meth:`close` sends
+        it before closing.)"""
+        if self._buffer:
             self.write(data)
+        else:
+            self._batch.write(self._transport, data)
 
     def flush(self) -> None:
         self._scheduled = False
@@ -113,6 +118,7 @@ class CoalescingTransport:
                 self._transport.write(data)
 
     def close(self) -> None:
+        self._batch.flush_now()  # a whole response given to the batch (write_whole) leaves first
         self.flush()
         self._transport.close()
 
@@ -141,21 +147,29 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
 
     Relies on uvicorn's HttpToolsProtocol internals (pinned by tests/gateway/transports/test_lean_cycle.py):
     its parser callbacks, ``cycle``/``pipeline``/``_start_asgi_task``, and ``_unset_keepalive_if_required``
-    being what ``data_received`` calls on every segment."""
+    being what ``data_received`` calls on every segment. A lean request's body callbacks (``on_body``,
+    ``on_message_complete``) are this class's own."""
 
     # Like uvicorn's own, this narrows asyncio.Protocol's BaseTransport parameter to a Transport.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's signature
         coalescing = CoalescingTransport(transport, asyncio.get_running_loop())
         super().connection_made(coalescing)  # type: ignore[arg-type]  # a duck-typed Transport: __getattr__ forwards
+        self._socket = transport  # asked is_closing() after every response: one call, not two
+        # Settings that keep every request off the lean cycle (uvicorn's limit on concurrency answers
+        # 503 in its own cycle; a root path changes the path the app sees).
+        self._lean_allowed = self.limit_concurrency is None and not self.root_path
         # Per connection, not per request: bound methods put in every request's scope.
         self._abort = transport.abort
         self._watch_lost = coalescing.watch_lost
         self._idle_since: float | None = None
-        # The paths FastPath (gateway/app.py) serves straight from a door, and its body limit.
-        self._lean_posts: dict[bytes, str] = {p: p.decode("ascii") for p in getattr(self.app, "lean_posts", ())}
+        # The paths FastPath (gateway/app.py) serves straight from a door (raw path -> its path and what
+        # serves a POST to it, made once by the app), and its body limit.
+        self._lean_posts: dict[bytes, tuple[str, ASGI3Application]] = getattr(self.app, "lean_doors", None) or {
+            # Another app: its dispatch (the app without a coroutine frame of its own) or itself.
+            p: (p.decode("ascii"), getattr(self.app, "dispatch", self.app))
+            for p in getattr(self.app, "lean_posts", ())
+        }
         self._lean_limit: int = getattr(self.app, "lean_body_limit", 0)
-        # FastPath.dispatch: the app without its own coroutine frame (the lean cycle awaits what it returns).
-        self._lean_app: ASGI3Application = getattr(self.app, "dispatch", self.app)
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -181,8 +195,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         parser = self.parser
         if (
             self.expect_100_continue
-            or self.limit_concurrency is not None
-            or self.root_path
+            or not self._lean_allowed
             or parser.get_method() != b"POST"
             or not parser.should_keep_alive()  # HTTP/1.0 without keep-alive, or Connection: close
             or parser.should_upgrade()
@@ -201,7 +214,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             return False  # the door answers 411/413 the usual way
         scope: dict[str, Any] = self.scope  # type: ignore[assignment]  # a plain dict; HTTPScope lists the spec's keys
         scope["method"] = "POST"
-        scope["path"] = self._lean_posts[self.url]
+        scope["path"], app = self._lean_posts[self.url]
         scope["raw_path"] = self.url
         scope["query_string"] = b""
         scope[HEADERS_KEY] = table
@@ -222,11 +235,32 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         )
         self.cycle = cycle
         if existing is None or existing.response_complete:
-            self._start_asgi_task(cycle, self._lean_app)
+            self._start_asgi_task(cycle, app)
         else:  # pipelined behind a response still under way, as uvicorn queues it
             self.flow.pause_reading()
-            self.pipeline.appendleft((cycle, self._lean_app))
+            self.pipeline.appendleft((cycle, app))
         return True
+
+    # A lean request is never an upgrade (_lean_start refuses one): its body needs none of the
+    # parser questions uvicorn asks of every segment, nor the message_event lookup.
+
+    def on_body(self, body: bytes) -> None:
+        cycle = self.cycle
+        if type(cycle) is not LeanCycle:
+            super().on_body(body)
+        elif not cycle.response_complete:
+            cycle.body += body
+            if len(cycle.body) > HIGH_WATER_LIMIT:
+                self.flow.pause_reading()
+            cycle.set()
+
+    def on_message_complete(self) -> None:
+        cycle = self.cycle
+        if type(cycle) is not LeanCycle:
+            super().on_message_complete()
+        elif not cycle.response_complete:
+            cycle.more_body = False
+            cycle.set()
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
         # A lean cycle leaves uvicorn's task set itself when run_asgi ends (transports/lean.py):
@@ -246,10 +280,12 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         self.server_state.total_requests += 1
-        if self.transport.is_closing():
+        if self._socket.is_closing():
             return
         self._idle_since = None
-        self.flow.resume_reading()
+        flow = self.flow
+        if flow.read_paused:  # FlowControl.resume_reading's own test, without the call
+            flow.resume_reading()
         if self.pipeline:
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)

@@ -9,8 +9,9 @@ What it saves, per request: the ``asyncio.Event`` (the cycle is its own ``messag
 event is made only if someone waits), the ``receive()`` round for the body (the body, whole, is in
 the scope under ``BODY_KEY`` when the app starts), the header scans (the protocol's table of them is
 in the scope under ``HEADERS_KEY``), and, for a fixed response (:meth:`LeanCycle.respond`, used by
-``http_common.send_bytes`` and, without a coroutine, ``http_common.answered_now``), the two ASGI
-message dicts, the per-header checks of fixed headers and one of the two writes.
+``http_common.send_bytes`` and, without a coroutine, ``http_common.answered_now`` and the Streamable
+HTTP door), the two ASGI message dicts, the per-header checks of fixed headers and one of the two
+writes.
 
 Invariants, the same as uvicorn's cycle (its ``send`` is inherited and serves every other message,
 so streaming answers, errors and chunked responses are uvicorn's own code):
@@ -202,7 +203,11 @@ class LeanCycle(RequestResponseCycle):
             return True  # dropped, as uvicorn's send drops what comes after a disconnect
         if self.response_started:
             raise RuntimeError("Unexpected response: one already started.")
-        parts = [_head(status, content_type, self.default_headers), b"%d" % len(body), b"\r\n"]
+        # The head of this second's answers, looked up here rather than in a call to _head.
+        head = _heads.get((status, content_type)) if _heads_for[0] is self.default_headers else None
+        if head is None:
+            head = _head(status, content_type, self.default_headers)
+        parts = [head, b"%d" % len(body), b"\r\n"]
         close_sent = False
         for key, text in extra:
             name, value = key.lower().encode(), text.encode()
@@ -220,7 +225,12 @@ class LeanCycle(RequestResponseCycle):
         parts += (b"\r\n", body)
         self.response_started = True  # only now: a refused header above leaves a 500 possible
         # Whole responses may leave at once on a quiet loop (gateway/write_batch.py; CoalescingTransport.write_whole).
-        getattr(self.transport, "write_whole", self.transport.write)(b"".join(parts))
+        transport = self.transport
+        try:
+            write = transport.write_whole  # type: ignore[attr-defined]  # the gateway's CoalescingTransport
+        except AttributeError:
+            write = transport.write
+        write(b"".join(parts))
         self.response_complete = True
         self.set()
         if not self.keep_alive:

@@ -11,6 +11,7 @@ gateway/transports/event_stream.py.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,6 @@ from gateway.transports.http_common import (
     Scope,
     Send,
     accepts,
-    answered_now,
     body_at_hand,
     header,
     headers_of,
@@ -40,11 +40,13 @@ from gateway.transports.http_common import (
     text,
     watch_disconnect,
 )
+from gateway.transports.lean import LeanCycle
 from gateway.transports.streamable_http_modern import ModernExchange
 from policies.auth import AuthError
 from policies.principal import Principal
 
 if TYPE_CHECKING:
+    from gateway.channels import Channel
     from gateway.config import Limits
     from gateway.federation import View
     from gateway.metrics import Metrics
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _ACCEPT_BOTH = b"application/json, text/event-stream"  # what the SDK clients send
+_JSON = b"application/json"
 
 
 class StreamableHttpDoor:
@@ -80,6 +83,8 @@ class StreamableHttpDoor:
         self._sse = EventStreamWriter(limits, metrics)  # the answers that are SSE streams (event_stream.py)
         self._modern = modern  # the 2026-07-28 era's requests (streamable_http_modern.py)
         self._shared = shared  # sessions other replicas may serve too (gateway/replicas/)
+        # One replica: a session is found without waiting and nothing is shared after a request.
+        self._find_now: Callable[[str], ClientSession | None] | None = getattr(shared, "find_now", None)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.dispatch(scope, receive, send)
@@ -93,6 +98,8 @@ class StreamableHttpDoor:
         if view is None:
             return send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "No such server")
         method = scope["method"]
+        if method == "POST":
+            return self._post(scope, receive, send, view)
         if method in ("GET", "DELETE") and not header(scope, b"mcp-session-id"):
             version = header(scope, b"mcp-protocol-version")
             if version is not None and looks_modern(version, None):
@@ -100,8 +107,6 @@ class StreamableHttpDoor:
                 return send_rpc_error(
                     send, 405, jsonrpc.INVALID_REQUEST, "Method Not Allowed", extra=[("allow", "POST")]
                 )
-        if method == "POST":
-            return self._post(scope, receive, send, view)
         if method == "GET":
             return self._get(scope, receive, send, view)
         if method == "DELETE":
@@ -113,6 +118,13 @@ class StreamableHttpDoor:
             "Method Not Allowed",
             extra=[("allow", "GET, POST, DELETE")],
         )
+
+    def post(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """:meth:`dispatch` of a request known to be an HTTP POST (the lean cycle's: gateway/app.py)."""
+        view = self._view_of(scope)
+        if view is None:
+            return send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "No such server")
+        return self._post(scope, receive, send, view)
 
     # ---- helpers -----------------------------------------------------------------------------
 
@@ -126,42 +138,57 @@ class StreamableHttpDoor:
         if not session_id:
             await send_rpc_error(send, 400, jsonrpc.INVALID_REQUEST, "Bad Request: Mcp-Session-Id header is required")
             return None
-        session = await self._shared.find(session_id)
+        if read is None:
+            version = header(scope, b"mcp-protocol-version")
+        found = self._admit(scope, send, view, await self._shared.find(session_id), version)
+        if isinstance(found, tuple):
+            return found
+        await found
+        return None
+
+    def _admit(
+        self, scope: Scope, send: Send, view: View, session: ClientSession | None, version: str | None
+    ) -> tuple[ClientSession, Principal] | Awaitable[None]:
+        """A found session held to this request (its view, its credential, its protocol version):
+        the session and its sender, or the refusal to await."""
         if session is None or session.view is not view or session.transport != TRANSPORT:
-            await send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "Session not found")
-            return None
+            return send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "Session not found")
         try:
             principal = self._desk.caller_of(session, scope)
         except AuthError as exc:
-            await send_unauthorized(send, scope, exc.reason, exc.error)
-            return None
-        if read is None:
-            version = header(scope, b"mcp-protocol-version")
+            return send_unauthorized(send, scope, exc.reason, exc.error)
         if version is not None and version != session.protocol_version and version not in LEGACY_VERSIONS:
-            await send_rpc_error(send, 400, jsonrpc.INVALID_REQUEST, f"Unsupported MCP-Protocol-Version: {version}")
-            return None
+            return send_rpc_error(send, 400, jsonrpc.INVALID_REQUEST, f"Unsupported MCP-Protocol-Version: {version}")
         return session, principal
 
     # ---- POST --------------------------------------------------------------------------------
+    # Plain functions that return what answers the request, down to the call's own coroutine
+    # (_request, or the modern exchange's): no frame of theirs stays on the stack while the call
+    # runs, and every wake-up of the call passes one frame less (issue 15).
 
-    async def _post(self, scope: Scope, receive: Receive, send: Send, view: View) -> None:
+    def _post(self, scope: Scope, receive: Receive, send: Send, view: View) -> Awaitable[None]:
         # The headers read once; the usual values of Content-Type and Accept pass without parsing.
         table = headers_of(scope)
         raw_type = table.get(b"content-type")
         if raw_type != b"application/json" and (
             (raw_type or b"").decode("latin-1").split(";")[0].strip().lower() != "application/json"
         ):
-            await send_rpc_error(send, 415, jsonrpc.INVALID_REQUEST, "Content-Type must be application/json")
-            return
+            return send_rpc_error(send, 415, jsonrpc.INVALID_REQUEST, "Content-Type must be application/json")
         if table.get(b"accept") != _ACCEPT_BOTH and not accepts(scope, "application/json", "text/event-stream"):
-            await send_rpc_error(
+            return send_rpc_error(
                 send, 406, jsonrpc.INVALID_REQUEST, "Accept must list application/json and text/event-stream"
             )
-            return
         body = body_at_hand(scope)
+        if body is None:
+            return self._read_post(scope, receive, send, view, table)
+        return self._posted(scope, receive, send, view, table, body)
+
+    async def _read_post(
+        self, scope: Scope, receive: Receive, send: Send, view: View, table: dict[bytes, bytes]
+    ) -> None:
+        """A POST whose body the server did not read before the app started: read it, then answer."""
         try:
-            if body is None:
-                body = await read_body(receive, self._limits.max_body_bytes, header(scope, b"content-length"))
+            body = await read_body(receive, self._limits.max_body_bytes, text(table.get(b"content-length")))
         except BodyTooLarge:
             await send_rpc_error(
                 send,
@@ -172,20 +199,23 @@ class StreamableHttpDoor:
             return
         except ClientGone:
             return
+        await self._posted(scope, receive, send, view, table, body)
+
+    def _posted(
+        self, scope: Scope, receive: Receive, send: Send, view: View, table: dict[bytes, bytes], body: bytes
+    ) -> Awaitable[None]:
+        """The answer to a POST's body."""
         try:
             message = jsonrpc.loads(body)
         except jsonrpc.RpcError as exc:
-            await send_rpc_error(send, 400, exc.code, exc.message)
-            return
+            return send_rpc_error(send, 400, exc.code, exc.message)
         if isinstance(message, list):
-            await self._batch(scope, send, view, message)
-            return
+            return self._batch(scope, send, view, message)
         try:
             shape = jsonrpc.classify(message)
         except jsonrpc.RpcError as exc:
             rpc_id = message.get("id") if isinstance(message, dict) else None
-            await send_rpc_error(send, 400, exc.code, exc.message, rpc_id if jsonrpc.valid_id(rpc_id) else None)
-            return
+            return send_rpc_error(send, 400, exc.code, exc.message, rpc_id if jsonrpc.valid_id(rpc_id) else None)
         version_header = text(table.get(b"mcp-protocol-version"))
         session_id = text(table.get(b"mcp-session-id"))
         is_initialize = shape is jsonrpc.Shape.REQUEST and message["method"] == "initialize"
@@ -193,43 +223,77 @@ class StreamableHttpDoor:
             # initialize selects the legacy era, unless it comes dressed as a modern request.
             looks_modern(version_header, None) if is_initialize else looks_modern(version_header, message)
         ):
-            await self._modern.handle(scope, receive, send, view, message, shape, self._request, table, version_header)
-            return
-        extra: list[tuple[str, str]] = []
+            return self._modern.handle(scope, receive, send, view, message, shape, self._request, table, version_header)
         if is_initialize:
-            if session_id:
-                await send_rpc_error(
-                    send,
-                    400,
-                    jsonrpc.INVALID_REQUEST,
-                    "initialize must not carry a session id",
-                    message["id"],
-                )
-                return
-            refusal = self._desk.admit_session(TRANSPORT)
-            if not refusal.allowed:
-                await send_rpc_error(send, 503, refusal.code, refusal.reason, message["id"])
-                return
-            try:
-                credentials = self._desk.authenticate(scope)
-            except AuthError as exc:
-                await send_unauthorized(send, scope, exc.reason, exc.error, message["id"])
-                return
-            session = self._desk.open_session(TRANSPORT, view, credentials)
-            principal = session.principal
-            extra.append(("mcp-session-id", session.id))
-        else:
-            found = await self._session(scope, send, view, (session_id, version_header))
-            if found is None:
-                return
-            session, principal = found
+            return self._initialize(scope, receive, send, view, message, session_id)
+        if self._find_now is None or not session_id:
+            return self._on_session(scope, receive, send, view, message, shape, session_id, version_header)
+        # One replica: the session is at hand and nothing is shared after the request (LocalSessions).
+        found = self._admit(scope, send, view, self._find_now(session_id), version_header)
+        if not isinstance(found, tuple):
+            return found
+        session, principal = found
+        if shape is not jsonrpc.Shape.REQUEST:
+            return self._received(send, session, message, shape, principal)
+        return self._request(scope, receive, send, session, message, [], principal=principal)
+
+    async def _initialize(
+        self, scope: Scope, receive: Receive, send: Send, view: View, message: dict[str, Any], session_id: str | None
+    ) -> None:
+        if session_id:
+            await send_rpc_error(
+                send,
+                400,
+                jsonrpc.INVALID_REQUEST,
+                "initialize must not carry a session id",
+                message["id"],
+            )
+            return
+        refusal = self._desk.admit_session(TRANSPORT)
+        if not refusal.allowed:
+            await send_rpc_error(send, 503, refusal.code, refusal.reason, message["id"])
+            return
+        try:
+            credentials = self._desk.authenticate(scope)
+        except AuthError as exc:
+            await send_unauthorized(send, scope, exc.reason, exc.error, message["id"])
+            return
+        session = self._desk.open_session(TRANSPORT, view, credentials)
+        await self._request(
+            scope, receive, send, session, message, [("mcp-session-id", session.id)], principal=session.principal
+        )
+        await self._shared.settle(session)
+
+    async def _on_session(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        view: View,
+        message: dict[str, Any],
+        shape: jsonrpc.Shape,
+        session_id: str | None,
+        version_header: str | None,
+    ) -> None:
+        """A request or notification on a session that may live on other replicas too."""
+        found = await self._session(scope, send, view, (session_id, version_header))
+        if found is None:
+            return
+        session, principal = found
         if shape is not jsonrpc.Shape.REQUEST:
             await self._router.handle(session, message, shape, session.standalone, principal)
-            await self._shared.settle(session)
+            await self._shared.settle(session)  # shared before the client hears it was taken
             await send_bytes(send, 202, b"")
             return
-        await self._request(scope, receive, send, session, message, extra, principal=principal)
+        await self._request(scope, receive, send, session, message, [], principal=principal)
         await self._shared.settle(session)
+
+    async def _received(
+        self, send: Send, session: ClientSession, message: dict[str, Any], shape: jsonrpc.Shape, principal: Principal
+    ) -> None:
+        """A notification or a response from the client: handled, then acknowledged."""
+        await self._router.handle(session, message, shape, session.standalone, principal)
+        await send_bytes(send, 202, b"")
 
     async def _batch(self, scope: Scope, send: Send, view: View, batch: list[Any]) -> None:
         """JSON-RPC batches (allowed by 2025-03-26 only): answered together as one JSON array."""
@@ -273,12 +337,10 @@ class StreamableHttpDoor:
         results and maps error codes to statuses). With ``cancel_on_disconnect`` a client that
         closes its connection cancels the call (the modern era's only cancellation).
         """
-        resumable = session.codec.resumable_streams
-        # Kept for Last-Event-ID only once it streams (start_streaming): most calls are answered as
+        # Kept for Last-Event-ID only once it streams (_start_streaming): most calls are answered as
         # JSON, and a channel kept per call would push the streams a client may resume out of the window.
         channel = session.new_stream(resumable=False)
         channel.attached = True
-        writer: asyncio.Task[None] | None = None
         gone: asyncio.Future[None] | None = None
         held: CoalescingTransport | None = None
         me: Any = None  # what the connection holds for this call, or its task (with a disconnect watch)
@@ -302,21 +364,20 @@ class StreamableHttpDoor:
                 # the watch never cancels the call and schedules no callback.
                 gone.add_done_callback(cancel)
 
-        def start_streaming() -> None:
-            nonlocal writer
-            if resumable:
-                session.keep_stream(channel)
-            writer = asyncio.create_task(self._sse.respond(scope, receive, send, session, channel, extra, gone))
-
-        channel.on_first_push = start_streaming
+        # The SSE writer, once something precedes the result (a partial, not a closure: the call's
+        # variables stay plain locals rather than cells); it puts its task in ``started``.
+        started: list[asyncio.Task[None]] = []
+        channel.on_first_push = functools.partial(
+            self._start_streaming, started, scope, receive, send, session, channel, extra, gone
+        )
         try:
             response = await self._router.handle(session, message, jsonrpc.Shape.REQUEST, channel, principal)
         except asyncio.CancelledError:
             if not _client_left(held, me, gone, cancel):
                 raise
             channel.close()
-            if writer is not None:
-                writer.cancel()
+            if started:
+                started[0].cancel()
             return  # the client left: the call was cancelled, there is no one to answer
         except Exception:
             log.exception("request %s failed inside the gateway", message.get("method"))
@@ -324,31 +385,36 @@ class StreamableHttpDoor:
         finally:
             channel.on_first_push = None
         status = 200
-        if response is not None and finish is not None:
-            status, response = finish(response)
-        elif response is not None:
-            status = http_status_of(response)
-        retry = retry_after(response) if status == 429 else None
-        if retry is not None:
-            extra = [*extra, ("retry-after", retry)]
-        if writer is None:
+        if response is not None:
+            if finish is not None:
+                status, response = finish(response)
+            elif "error" in response:
+                status = http_status_of(response)
+            if status == 429 and (retry := retry_after(response)) is not None:
+                extra = [*extra, ("retry-after", retry)]
+        if not started:
             if held is not None:
                 held.release(me)
             elif gone is not None and cancel is not None:  # _forget, inline
                 gone.remove_done_callback(cancel)
                 gone.cancel()
-            channel.close()
-            channel.attached = False
             try:
                 if response is not None:
                     body = jsonrpc.dumps(response)
-                    if not answered_now(send, status, body, extra):
+                    # answered_now, inline: the lean cycle's answer in one write, without a coroutine.
+                    if not (type(send) is LeanCycle and send.respond_now(status, _JSON, body, extra)):
                         await send_bytes(send, status, body, extra=extra)
                 else:  # the request ended the session (the draft's exit): nothing to answer but receipt
                     await send_bytes(send, 202, b"", extra=extra)
             except OSError:
                 pass  # the client left; the answer has nowhere to go
+            finally:
+                # After the answer left (off a lone call's critical path): the router has returned,
+                # nothing is pushed here any more.
+                channel.close()
+                channel.attached = False
             return
+        writer = started[0]
         if response is not None:
             channel.push(response)
         channel.close()
@@ -361,6 +427,22 @@ class StreamableHttpDoor:
             held.release(me)
         elif gone is not None and cancel is not None:
             _forget(gone, cancel)
+
+    def _start_streaming(
+        self,
+        started: list[asyncio.Task[None]],
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        session: ClientSession,
+        channel: Channel,
+        extra: list[tuple[str, str]],
+        gone: asyncio.Future[None] | None,
+    ) -> None:
+        """A call's answer becomes an SSE stream, written by its own task, from the first push on."""
+        if session.codec.resumable_streams:
+            session.keep_stream(channel)
+        started.append(asyncio.create_task(self._sse.respond(scope, receive, send, session, channel, extra, gone)))
 
     # ---- GET ---------------------------------------------------------------------------------
 
