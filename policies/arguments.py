@@ -84,6 +84,9 @@ class ArgumentValidationPolicy:
 
     def __init__(self, backends: Iterable[str], cache_size: int = 1024) -> None:
         self.backends = frozenset(backends)
+        # No backend validates arguments (backends are fixed for the process: changing them takes a
+        # restart): the chain leaves the member out (policies/chain.py).
+        self.idle_for_good = not self.backends
         self._cache_size = cache_size
         # schema hash -> compiled validator, or None for a schema that does not compile
         self._validators: OrderedDict[bytes, Validator | None] = OrderedDict()

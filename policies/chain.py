@@ -85,6 +85,9 @@ class Policy(Protocol):
     - ``idle``: for a member whose opinion depends on state that is usually empty (no access
       entries, no backend draining, no rate limit configured), a no-argument callable that says it
       has nothing to decide now; it is then skipped (a call costs far less than awaiting the member).
+    - ``idle_for_good``: True when the member's configuration, fixed for the life of the process,
+      leaves it nothing to decide (e.g. no rate limit configured): the chain leaves it out of its
+      walks altogether, where ``idle`` would be asked on every request.
     - ``check_now``: for a member whose ``check`` never awaits, the same decision as a plain method
       (same arguments, same answer); the chain calls it instead of creating and awaiting a coroutine.
       ``check`` stays, for whoever asks the member directly.
@@ -108,6 +111,8 @@ class Visibility(Protocol):
 
 
 def _decides(policy: Policy, dialect: Dialect) -> bool:
+    if getattr(policy, "idle_for_good", False):
+        return False  # nothing to decide for any event, ever (Policy)
     dialects = getattr(policy, "dialects", None)
     return dialects is None or dialect in dialects
 

@@ -69,6 +69,7 @@ class RateLimitPolicy:
         # No bucket at all: no request could be refused or counted, so the chain need not ask
         # (rate_limits is fixed for the process: changing it takes a restart).
         self._unlimited = not (config.per_principal or config.principals or self._tool_patterns)
+        self.idle_for_good = self._unlimited  # the chain leaves the member out (policies/chain.py)
 
     def idle(self) -> bool:
         """Nothing to decide: no bucket is configured (the chain then skips this member)."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from adapters.mgp import strip as mgp_strip
 from gateway import jsonrpc
@@ -145,25 +145,58 @@ class Forwarder:
         self._metrics = metrics  # mcp.client.operation.duration
         self._tracing = tracing  # a CLIENT span per call, its context in _meta and HTTP headers (or None)
 
-    async def forward(self, call: Call, backend: str, params: dict[str, Any] | None, bound: bool = False) -> Routed:
+    def forward(
+        self, call: Call, backend: str, params: dict[str, Any] | None, bound: bool = False
+    ) -> Awaitable[Routed]:
+        """The call's exchange with ``backend``: an awaitable of its :class:`Routed` answer.
+
+        Not a coroutine of its own: what needs no await is done here, and a plain legacy call's
+        exchange is one coroutine (:meth:`_legacy`, which times it too), one await layer less per call."""
         upstream = self._upstream
         if not bound and upstream is not None and backend in upstream.providers:
-            # The call's credential toward this backend (may exchange the caller's token; a failure is the
-            # caller's clear error, never a shared credential), bound to this call's requests only.
-            token = await upstream.bind(backend, call.principal.name)
-            try:
-                return await self.forward(call, backend, params, True)
-            finally:
-                upstream.unbind(token)
-        session, event = call.session, call.event
-        conn = self._connections[backend] if backend not in self._pools else await self._child(call, backend)
-        if conn.state != "ready" and not (
+            return self._forward_bound(call, backend, params, upstream)
+        if backend in self._pools:
+            return self._forward_child(call, backend, params)
+        conn = self._connections[backend]
+        if conn.state != "ready":
+            return self._forward_when_ready(call, backend, params, conn)
+        return self._forward_to(call, backend, params, conn)
+
+    async def _forward_bound(
+        self, call: Call, backend: str, params: dict[str, Any] | None, upstream: UpstreamCredentials
+    ) -> Routed:
+        # The call's credential toward this backend (may exchange the caller's token; a failure is the
+        # caller's clear error, never a shared credential), bound to this call's requests only.
+        token = await upstream.bind(backend, call.principal.name)
+        try:
+            return await self.forward(call, backend, params, True)
+        finally:
+            upstream.unbind(token)
+
+    async def _forward_child(self, call: Call, backend: str, params: dict[str, Any] | None) -> Routed:
+        conn = await self._child(call, backend)
+        if conn.state != "ready":
+            return await self._forward_when_ready(call, backend, params, conn)
+        return await self._forward_to(call, backend, params, conn)
+
+    async def _forward_when_ready(
+        self, call: Call, backend: str, params: dict[str, Any] | None, conn: BackendConnection
+    ) -> Routed:
+        """A backend not ready: one still making its first connection is waited for briefly."""
+        if not (
             conn.first_attempt_pending and await conn.wait_ready(min(STARTUP_GRACE_S, conn.config.connect_timeout_s))
         ):
             raise jsonrpc.RpcError(
                 jsonrpc.BACKEND_UNAVAILABLE,
                 f"backend {backend} is unavailable: {conn.last_error or conn.state}",
             )
+        return await self._forward_to(call, backend, params, conn)
+
+    def _forward_to(
+        self, call: Call, backend: str, params: dict[str, Any] | None, conn: BackendConnection
+    ) -> Awaitable[Routed]:
+        """The call to a ready connection (its load checked here, before anything is sent)."""
+        session, event = call.session, call.event
         load = self._load.forward_call(len(session.inflight))
         if not load.allowed:
             raise PolicyDenied(load, backend)
@@ -176,24 +209,52 @@ class Forwarder:
                 params, stream = self._streams.prepare(call, backend, method, params)
         elif params is not None and "_mgp" in params:
             params = mgp_strip.strip({"params": params})["params"]  # a plain client did not negotiate MGP
-        sink = stream.sink if stream is not None else None
-        plan: Plan | None = None
         mcpc = self._mcpc
         if mcpc is not None and method == "tools/call" and params is not None and mcpc.involved(call, backend):
-            # MCPC (gateway/mcpc/calls.py): a task of an MCPC backend, or an MCPC client's call.
-            params, plan = await mcpc.plan(call, backend, conn, params, sink or CallSink(session, call.channel))
-            if plan is not None and plan.task.gateway_run:
-                if stream is None:
+            return self._forward_mcpc(call, backend, params, conn, method, stream, mcpc)
+        if stream is None and self._tracing is None and call.session.codec.asks_mid_request:
+            return self._legacy(call, conn, backend, method, params, None, True)  # timed there: no wrapper
+        return self._exchange(call, conn, backend, method, params, stream, None)
 
-                    def send(inner: Call, run_params: dict[str, Any], run_sink: CallSink) -> Awaitable[dict[str, Any]]:
-                        return self._send(inner, conn, backend, method, run_params, run_sink)
+    async def _forward_mcpc(
+        self,
+        call: Call,
+        backend: str,
+        params: dict[str, Any],
+        conn: BackendConnection,
+        method: str,
+        stream: StreamedCall | None,
+        mcpc: McpcCalls,
+    ) -> Routed:
+        """MCPC (gateway/mcpc/calls.py): a task of an MCPC backend, or an MCPC client's call."""
+        sink = stream.sink if stream is not None else None
+        params, plan = await mcpc.plan(call, backend, conn, params, sink or CallSink(call.session, call.channel))
+        if plan is not None and plan.task.gateway_run:
+            if stream is None:
 
-                    return mcpc.run(call, plan, params, send)
-                mcpc.forget(plan)  # an MGP stream is its own way of reporting progress
-                plan = None
+                def send(inner: Call, run_params: dict[str, Any], run_sink: CallSink) -> Awaitable[dict[str, Any]]:
+                    return self._send(inner, conn, backend, method, run_params, run_sink)
+
+                return mcpc.run(call, plan, params, send)
+            mcpc.forget(plan)  # an MGP stream is its own way of reporting progress
+            plan = None
+        return await self._exchange(call, conn, backend, method, params, stream, plan)
+
+    async def _exchange(
+        self,
+        call: Call,
+        conn: BackendConnection,
+        backend: str,
+        method: str,
+        params: dict[str, Any] | None,
+        stream: StreamedCall | None,
+        plan: Plan | None,
+    ) -> Routed:
+        """The exchange, timed (``mcp.client.operation.duration``), in a span when tracing."""
         span: ClientSpan | None = None
         if self._tracing is not None:
             span, params = self._tracing.client(backend, conn, method, params)
+        sink = stream.sink if stream is not None else None
         answer = self._send(call, conn, backend, method, params, sink)
         if stream is not None or plan is not None:
             answer = self._settle(call, answer, stream, plan)
@@ -206,12 +267,15 @@ class Forwarder:
         else:
             error_type = error_type_of(response)
         finally:
-            if self._metrics is not None:
-                label = method if method in _METRIC_METHODS else "other"
-                self._metrics.observe_client(label, backend, error_type, time.perf_counter() - started)
+            self._observe(method, backend, error_type, started)
             if span is not None:
                 span.end(error_type)
         return Routed(response, backend, error_type)
+
+    def _observe(self, method: str, backend: str, error_type: str, started: float) -> None:
+        if self._metrics is not None:
+            label = method if method in _METRIC_METHODS else "other"
+            self._metrics.observe_client(label, backend, error_type, time.perf_counter() - started)
 
     async def _child(self, call: Call, backend: str) -> BackendConnection:
         """The caller's own child of a per-principal backend (spawned now if needed: the chain has
@@ -271,6 +335,7 @@ class Forwarder:
         # as soon as something, such as an MGP chunk, precedes the result).
         return self._eras.for_modern_client(call, backend, conn, params, sink)
 
+    @overload
     async def _legacy(
         self,
         call: Call,
@@ -279,25 +344,65 @@ class Forwarder:
         method: str,
         params: dict[str, Any] | None,
         sink: CallSink | None = None,
-    ) -> dict[str, Any]:
-        session, rpc_id = call.session, call.rpc_id
-        if conn.era == "modern":
-            # A dual-era backend serves a legacy client in its own era (gateway/upstreams/affinity.py;
-            # only a modern connection has a legacy twin, so the others skip the await).
-            conn = await self._affinity.for_legacy_client(conn)
-        # call_backend, inline (one coroutine less on every legacy call).
-        if sink is None:
-            pending = conn.begin(method, params, CallSink(session, call.channel))
-        else:
-            pending = conn.begin(method, params, sink)
-            sink.began(conn, pending)
-        inflight = session.inflight
-        inflight[rpc_id] = (conn, pending)
+        timed: Literal[False] = False,
+    ) -> dict[str, Any]: ...
+
+    @overload
+    async def _legacy(
+        self,
+        call: Call,
+        conn: BackendConnection,
+        backend: str,
+        method: str,
+        params: dict[str, Any] | None,
+        sink: CallSink | None,
+        timed: Literal[True],
+    ) -> Routed: ...
+
+    async def _legacy(
+        self,
+        call: Call,
+        conn: BackendConnection,
+        backend: str,
+        method: str,
+        params: dict[str, Any] | None,
+        sink: CallSink | None = None,
+        timed: bool = False,
+    ) -> dict[str, Any] | Routed:
+        """A legacy client's exchange: its response (``timed``: its :class:`Routed`, the exchange
+        timed here as :meth:`_exchange` does, for a call with no stream, task or span)."""
+        started = time.perf_counter()
+        error_type = "cancelled"
         try:
-            response = await conn.call(pending)
+            session, rpc_id = call.session, call.rpc_id
+            if conn.era == "modern":
+                # A dual-era backend serves a legacy client in its own era (gateway/upstreams/affinity.py;
+                # only a modern connection has a legacy twin, so the others skip the await).
+                conn = await self._affinity.for_legacy_client(conn)
+            # call_backend, inline (one coroutine less on every legacy call).
+            if sink is None:
+                pending = conn.begin(method, params, CallSink(session, call.channel))
+            else:
+                pending = conn.begin(method, params, sink)
+                sink.began(conn, pending)
+            inflight = session.inflight
+            inflight[rpc_id] = (conn, pending)
+            try:
+                response = await conn.call(pending)
+            finally:
+                if inflight.get(rpc_id, (None, None))[1] is pending:
+                    del inflight[rpc_id]
+            if conn.era == "modern":
+                response = await self._eras.fulfil_input_requests(call, conn, params, response)
+            answer = finish(session, rpc_id, backend, method, response)
+            if not timed:
+                return answer
+            error_type = error_type_of(answer)
+        except BaseException as exc:
+            if timed:
+                error_type = error_type_of_exception(exc)
+            raise
         finally:
-            if inflight.get(rpc_id, (None, None))[1] is pending:
-                del inflight[rpc_id]
-        if conn.era == "modern":
-            response = await self._eras.fulfil_input_requests(call, conn, params, response)
-        return finish(session, rpc_id, backend, method, response)
+            if timed:
+                self._observe(method, backend, error_type, started)
+        return Routed(answer, backend, error_type)

@@ -280,7 +280,23 @@ class Router:
         self._metrics.observe_call(
             called if called in _KNOWN_METHODS else "other", backend, outcome, error_type, seconds
         )
-        self._record(session, event, decided, backend, round(seconds * 1000, 3), reason, outcome)
+        # _record, inline (every request passes here).
+        latency_ms = round(seconds * 1000, 3)
+        self._audit.record_request(
+            decided,
+            session.principal.name,
+            _DIALECT_NAME[event.dialect],
+            event.action,
+            called,
+            backend,
+            session.id[:8],
+            event.trace_id or event.id,
+            latency_ms,
+            reason,
+            outcome,
+        )
+        if self._tap is not None:
+            self._tap(session, event, decided, backend, latency_ms, reason, outcome)
         return response
 
     def audit(
@@ -385,7 +401,7 @@ class Router:
         sent = event.params  # read once: the event's params are not replaced below but for MCPC ids
         name: Any = sent.get("name")  # after resolve_name: a non-empty str (the MCPC branch keeps it)
         if tools:
-            if self._mgp.is_kernel_call(session, name):
+            if session.mgp is not None and self._mgp.is_kernel_call(session, name):  # only an MGP client's can be
                 return await self._mgp.call_kernel_tool(call)  # MGP §1.6: answered by the gateway itself
             facets = event.facets
             mcpc = facets.get("mcpc") if facets else None  # a plain call has no facets (adapters.annotate)
@@ -428,7 +444,9 @@ class Router:
             mgp_facts = self._tool_facts(backend, original, item)
             if mgp_facts is not None:
                 facts = {**facts, **mgp_facts} if facts else mgp_facts
-            decided = self._chain.dispatch_now(event, call.principal, Target(backend, original, item, facts))
+            # Target made by tuple.__new__ (what its generated __new__ does, without that Python frame).
+            target = tuple.__new__(Target, (backend, original, item, facts))
+            decided = self._chain.dispatch_now(event, call.principal, target)
             decision = decided if isinstance(decided, Decision) else await decided
             if not decision.allowed:
                 raise PolicyDenied(decision, backend, self._mgp.refusal_result(session, decision.data))
