@@ -9,7 +9,6 @@ import logging
 import os
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -172,7 +171,7 @@ class ClientSession:
         self._standalone: Channel | None = Channel(f"{self._short}-0", limits.session_queue, limits.sse_replay_events)
         # Many replicas (gateway/replicas/): whether this replica opened it.
         self.created_here = True
-        self.streams: OrderedDict[str, Channel] = OrderedDict()
+        self.streams: dict[str, Channel] = {}  # in the order kept (keep_stream forgets the oldest first)
         self._on_close: list[Callable[[ClientSession], None]] = []
 
     @classmethod
@@ -226,7 +225,7 @@ class ClientSession:
         session._out_ids = itertools.count(1)
         session._standalone = None  # made when first used: an exchange has a stream of its own
         session.created_here = True
-        session.streams = OrderedDict()
+        session.streams = {}
         session._on_close = []
         return session
 
