@@ -85,7 +85,10 @@ def _finish_call(response: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     """``_finish`` of a ``tools/call`` (never cacheable): a complete result gets ``resultType`` alone."""
     result = response.get("result")
     if type(result) is dict and "resultType" not in result:
-        return 200, {**response, "result": {**result, "resultType": "complete"}}
+        # The response is the router's own (forwarding.finish builds it per call): its result is replaced
+        # in place, one dict copy less. The result itself may be a backend's shared object: copied.
+        response["result"] = {**result, "resultType": "complete"}
+        return 200, response
     return _finish("tools/call", response)
 
 
