@@ -240,6 +240,10 @@ def read_envelope(message: dict[str, Any], header_version: str | None = None) ->
 _new_tuple = tuple.__new__
 
 
+# The common shape's Mcp-Method values as sent (raw bytes): the method and the params field Mcp-Name mirrors.
+_NAMED_RAW = {method.encode(): (method, field) for method, field in NAME_FIELD.items()}
+
+
 def read_common(
     message: dict[str, Any], header_version: str | None, header_method: bytes | None, header_name: bytes | None
 ) -> Envelope | None:
@@ -252,14 +256,13 @@ def read_common(
     It accepts only what the full checks accept (every test it makes is one of theirs, or stricter),
     and returns the envelope they would: one pass over the request, where the two take two."""
     params = message.get("params")
-    if type(params) is not dict or header_method is None or header_name is None:
+    if type(params) is not dict or header_name is None:
         return None
-    method = message.get("method")
-    field = NAME_FIELD.get(method)  # type: ignore[arg-type]  # a request's method: a string (jsonrpc.classify)
-    if field is None or header_method.decode("latin-1") != method:
+    named = _NAMED_RAW.get(header_method)  # type: ignore[arg-type]  # None (absent) is no key: not the common shape
+    if named is None or named[0] != message.get("method"):
         return None  # (a method in NAME_FIELD has no blank: equal is equal once stripped)
     name = header_name.decode("latin-1").strip(" \t")
-    if name != params.get(field) or name.startswith("=?"):
+    if name != params.get(named[1]) or name[:2] == "=?":
         return None
     meta = params.get("_meta")
     if type(meta) is not dict:

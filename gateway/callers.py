@@ -53,6 +53,8 @@ class Callers:
         self._jwt_cache: dict[str, Credentials] = {}
         self._principals: dict[Credentials, Principal] = {}
         self._principals_by_id: dict[int, tuple[Credentials, Principal]] = {}
+        # The last answer of principal_of (it holds the credentials, so their id is not reused meanwhile).
+        self._last: tuple[Credentials | None, Principal | None] = (None, None)
 
     def reconfigure(self, authenticator: Authenticator, auth: Auth | None) -> None:
         """A reloaded ``auth`` section: new verifications from now on, nothing cached from before."""
@@ -65,6 +67,7 @@ class Callers:
         self._jwt_cache.clear()
         self._principals.clear()
         self._principals_by_id.clear()
+        self._last = (None, None)
 
     def authenticate(self, scope: Scope, token: str | None = None) -> Credentials:
         """Who is calling (raises AuthError).
@@ -74,7 +77,8 @@ class Callers:
         if self._tracing is not None:  # the request's W3C trace context, for its server spans
             self._tracing.note_http(header(scope, b"traceparent"), header(scope, b"tracestate"))
         if token is None:
-            token = bearer_token(header(scope, b"authorization"))
+            authorization = header(scope, b"authorization")
+            token = bearer_token(authorization) if authorization else None  # (no call without the header)
         if token is not None and token.count(".") == 2:
             credentials = self._jwt_cache.get(token)
             if credentials is None or (credentials.expires is not None and credentials.expires <= time.time()):
@@ -108,8 +112,12 @@ class Callers:
 
     def principal_of(self, credentials: Credentials) -> Principal:
         """The principal those credentials stand for now (one object per credentials)."""
+        last_credentials, last_principal = self._last
+        if credentials is last_credentials and last_principal is not None:
+            return last_principal  # the same object as the last request's (the anonymous one, a cached token's)
         known = self._principals_by_id.get(id(credentials))
         if known is not None and known[0] is credentials:  # the entry holds the object: its id is not reused
+            self._last = known
             return known[1]
         principal = self._principals.get(credentials)
         if principal is None:
@@ -119,7 +127,7 @@ class Callers:
             self._principals[credentials] = principal
         if len(self._principals_by_id) >= _JWT_CACHE:
             self._principals_by_id.pop(next(iter(self._principals_by_id)))
-        self._principals_by_id[id(credentials)] = (credentials, principal)
+        self._principals_by_id[id(credentials)] = self._last = (credentials, principal)
         return principal
 
     def caller_of(self, session: ClientSession, scope: Scope) -> Principal:

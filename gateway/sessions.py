@@ -9,7 +9,6 @@ import logging
 import os
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -168,11 +167,11 @@ class ClientSession:
         self.mcpc: McpcClient | None = None
         self._short = session_id[:8]
         self._stream_ids = itertools.count(1)
-        self._out_ids = itertools.count(1)
+        self._out_ids: itertools.count[int] | None = None  # made when the client is first asked something
         self._standalone: Channel | None = Channel(f"{self._short}-0", limits.session_queue, limits.sse_replay_events)
         # Many replicas (gateway/replicas/): whether this replica opened it.
         self.created_here = True
-        self.streams: OrderedDict[str, Channel] = OrderedDict()
+        self.streams: dict[str, Channel] = {}  # in the order kept (keep_stream forgets the oldest first)
         self._on_close: list[Callable[[ClientSession], None]] = []
 
     @classmethod
@@ -223,10 +222,10 @@ class ClientSession:
         session.mcpl = session.mgp = session.mcpc = None
         session._short = short
         session._stream_ids = itertools.count(1)
-        session._out_ids = itertools.count(1)
+        session._out_ids = None
         session._standalone = None  # made when first used: an exchange has a stream of its own
         session.created_here = True
-        session.streams = OrderedDict()
+        session.streams = {}
         session._on_close = []
         return session
 
@@ -276,7 +275,10 @@ class ClientSession:
     def next_outgoing_id(self) -> str:
         # The replica's tag keeps ids apart when copies of the session on several replicas ask at once
         # (an answer that lands on another replica is handed to the one that asked: gateway/replicas/).
-        return f"sb-{_REPLICA_TAG}{self._short}-{next(self._out_ids)}"
+        ids = self._out_ids
+        if ids is None:
+            ids = self._out_ids = itertools.count(1)
+        return f"sb-{_REPLICA_TAG}{self._short}-{next(ids)}"
 
     async def ask(
         self,
