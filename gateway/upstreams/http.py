@@ -59,6 +59,7 @@ __all__ = ["HttpCarrier", "QuickExchange"]
 log = logging.getLogger(__name__)
 
 _RESUME_ATTEMPTS = 5
+_HEADS = 256  # distinct header sets whose POST start is kept (HttpCarrier._heads)
 
 
 class HttpCarrier(Carrier):
@@ -89,6 +90,9 @@ class HttpCarrier(Carrier):
         self._target = target_of(url)
         self._block = b""
         self._head = b""  # the start of every POST without headers of its own (b"": to be made again)
+        # The start of a POST per distinct set of a request's own headers (a modern request's routing
+        # headers, a credential): encoded once, not per call. Emptied with _head; bounded.
+        self._heads: dict[tuple[tuple[str, str], ...], bytes] = {}
         self.last_status: int | None = None  # of the latest exchange (era detection reads it)
         self._block_key: tuple[str | None, str | None] | None = None
         self._inbound: Inbound | None = None
@@ -136,9 +140,14 @@ class HttpCarrier(Carrier):
 
     def _plain_head(self) -> bytes:
         """``_head``, made again first when the session or the version changed since."""
-        if self._block_key != (self._session_id, self._protocol_version):
-            self._header_block()
+        self._header_block()
         return self._head
+
+    def _forget_head(self) -> None:
+        """The session or the version changed: every POST's start is made again on its next use."""
+        self._head = b""
+        self._block_key = None
+        self._heads.clear()
 
     def _die(self, reason: str) -> None:
         if not self._closed.is_set():
@@ -191,8 +200,16 @@ class HttpCarrier(Carrier):
         trace = OUTGOING_HTTP.get()  # the CLIENT span's traceparent while tracing is on (gateway/telemetry/)
         if trace is not None:
             headers = {**headers, **trace} if headers else trace
-        if headers:
-            head = pool.head("POST", self._target, self._header_block() + encode_headers(headers))
+            head = pool.head("POST", self._target, self._header_block() + encode_headers(headers))  # one per call
+        elif headers:
+            key = tuple(headers.items())
+            found = self._heads.get(key) if self._head else None  # none while the session or version changed
+            if found is None:
+                found = pool.head("POST", self._target, self._header_block() + encode_headers(headers))
+                if len(self._heads) >= _HEADS:
+                    self._heads.clear()
+                self._heads[key] = found
+            head = found
         else:
             head = self._head or self._plain_head()  # b"" once the session or the version changed
         exchange = QuickExchange(self, pool, message, headers)
@@ -259,7 +276,7 @@ class HttpCarrier(Carrier):
             sid = response.headers.get("mcp-session-id")
             if sid:
                 self._session_id = sid
-                self._head = b""  # made again with it
+                self._forget_head()
         status = response.status
         self.last_status = status
         if status < 400 and response.headers.get("content-type", "").startswith("text/event-stream"):
@@ -371,7 +388,7 @@ class HttpCarrier(Carrier):
             version = response["result"].get("protocolVersion")
             if isinstance(version, str):
                 self._protocol_version = version
-                self._head = b""  # made again with it
+                self._forget_head()
 
     async def _read_stream(
         self,
