@@ -39,6 +39,7 @@ from gateway.config import Backend as BackendConfig
 from gateway.upstreams.base import Carrier, CarrierClosed
 from gateway.upstreams.credentials import call_headers
 from gateway.upstreams.deadlines import Deadlines
+from gateway.upstreams.flag import Flag
 from gateway.upstreams.handshake import GATEWAY_CLIENT_CAPABILITIES, BackendKernel, Era, Handshake
 from gateway.upstreams.listen import ListenOwner, ListenStream
 from gateway.upstreams.pending import EXPIRED, MISSING, Abortable, Pending as Pending, PendingTable
@@ -127,7 +128,7 @@ class BackendConnection:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending = PendingTable(name)
         self._ids = itertools.count(1)
-        self._ready = asyncio.Event()
+        self._ready = Flag()  # ._ready.on: is_set() without a call, read by every call
         self._settled = asyncio.Event()  # the first connect attempt ended, either way
         self._supervisor: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -284,12 +285,12 @@ class BackendConnection:
             # requests (no owner: handshake, lists) carry the gateway's identity toward this backend.
             bound = call_headers(self.name) if owner is not None else None
             pending.headers = bound if bound is not None else self._identity()
-        self._pending.add(pending)
+        self._pending.by_id[upstream_id] = pending  # PendingTable.add, inline
         return pending
 
     async def call(self, pending: Pending, timeout: float | None = None) -> dict[str, Any]:
         """Send a begun request and wait for its response message (result or error, never raises for those)."""
-        if not self._ready.is_set():
+        if not self._ready.on:
             self._pending.drop(pending)
             raise jsonrpc.RpcError(
                 jsonrpc.BACKEND_UNAVAILABLE,
@@ -315,7 +316,7 @@ class BackendConnection:
         pending.exchange = exchange
         deadlines = self._deadlines
         assert deadlines is not None  # made by start(), which made the carrier too
-        key = deadlines.add(timeout, pending)
+        slot = deadlines.add(timeout, pending)
         try:
             answer = await pending.future
         except asyncio.CancelledError:
@@ -323,7 +324,7 @@ class BackendConnection:
             exchange.abort()
             raise
         finally:
-            deadlines.remove(key, pending)
+            slot.pop(pending, None)  # Deadlines.remove, inline
         if answer is EXPIRED:
             self._abandon(pending, "timed out in the gateway")
             exchange.abort()
@@ -432,7 +433,16 @@ class BackendConnection:
     def _inbound(self, message: dict[str, Any], related: Any) -> None:
         method = message.get("method")
         if method is None:
-            if message.get("id") == MCPC_CALLBACK:
+            rpc_id = message.get("id")
+            if type(rpc_id) is int:
+                # An answer to one of ours (our ids are ints), still awaited: PendingTable.answered's
+                # common case, inline; anything else goes the whole way below.
+                pending = self._pending.by_id.pop(rpc_id, None)
+                if pending is not None:
+                    if not pending.future.done():
+                        pending.future.set_result(message)
+                    return
+            elif rpc_id == MCPC_CALLBACK:
                 # MCPC: an unsolicited response with one fixed id, never an answer to a request of ours
                 # (gateway/mcpc/intake.py), so it is taken out before the id matching.
                 self._handler.on_mcpc_callback(self, message)

@@ -7,6 +7,9 @@ whatever is still in it. A slice is ``GRAIN_S`` wide, or a thousandth of the tim
 more, so that the long timeouts of a busy gateway (300 s by default) keep about a thousand slices
 (and timers) alive, not one per 10 ms.
 
+An item's entry is taken out through the slot :meth:`Deadlines.add` returned (``slot.pop(item, None)``
+inline on a hot path, or :meth:`Deadlines.remove`): no lookup of its slice again.
+
 Invariants: an item expires never before its deadline and at most one slice after it (plus the
 loop's own lateness): ``max(GRAIN_S, timeout / 1000)``; an item removed before its slice's timer
 fires never expires; items of one slice expire in the order they were added; nothing is held
@@ -28,6 +31,9 @@ class Expiring(Protocol):
     def expire(self) -> None: ...
 
 
+Slot = dict[Expiring, None]  # the items of one slice (insertion-ordered)
+
+
 class Deadlines:
     """The deadlines of one event loop's calls (one instance per loop, or per owner)."""
 
@@ -35,10 +41,10 @@ class Deadlines:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._slices: dict[int, dict[Expiring, None]] = {}
+        self._slices: dict[int, Slot] = {}  # by the slice's end, in ms
 
-    def add(self, timeout: float, item: Expiring) -> int:
-        """``item.expire()`` once ``timeout`` seconds have passed; the key to :meth:`remove` it."""
+    def add(self, timeout: float, item: Expiring) -> Slot:
+        """``item.expire()`` once ``timeout`` seconds have passed; its slot, to :meth:`remove` it from."""
         grain = _GRAIN_MS if timeout < _LONG_S else int(timeout)  # in ms: a thousandth of the timeout
         key = math.ceil((self._loop.time() + timeout) * 1000 / grain) * grain  # the slice's end, in ms
         items = self._slices.get(key)
@@ -46,12 +52,12 @@ class Deadlines:
             items = self._slices[key] = {}
             self._loop.call_at(key / 1000, self._fire, key)
         items[item] = None
-        return key
+        return items
 
-    def remove(self, key: int, item: Expiring) -> None:
-        items = self._slices.get(key)
-        if items is not None:
-            items.pop(item, None)
+    @staticmethod
+    def remove(slot: Slot, item: Expiring) -> None:
+        """``item`` will not expire (nothing to do once its slice fired: the slot is forgotten)."""
+        slot.pop(item, None)
 
     def __len__(self) -> int:
         return sum(len(items) for items in self._slices.values())

@@ -42,6 +42,7 @@ from gateway.upstreams import get_stream
 from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
 from gateway.upstreams.deadlines import Deadlines
 from gateway.upstreams.egress import BackendEgress
+from gateway.upstreams.flag import Flag
 from gateway.upstreams.httpclient import (
     ConnectError,
     ConnectionPool,
@@ -58,6 +59,7 @@ __all__ = ["HttpCarrier", "QuickExchange"]
 log = logging.getLogger(__name__)
 
 _RESUME_ATTEMPTS = 5
+_HEADS = 256  # distinct header sets whose POST start is kept (HttpCarrier._heads)
 
 
 class HttpCarrier(Carrier):
@@ -71,6 +73,7 @@ class HttpCarrier(Carrier):
         identity: Callable[[], Mapping[str, str] | None] | None = None,
     ) -> None:
         self._name = name
+        self._source = f"backend {name}"  # who sent an event, for sse.message_of's warning
         # The gateway's own credential toward the backend, renewed meanwhile (gateway/upstreams/credentials.py):
         # on the requests that name no call (GET stream, notifications, DELETE); a request's comes with it.
         self._identity = identity
@@ -86,13 +89,16 @@ class HttpCarrier(Carrier):
         self._drains: Deadlines  # made by open(), on the loop (before any quick exchange)
         self._target = target_of(url)
         self._block = b""
-        self._head = b""
+        self._head = b""  # the start of every POST without headers of its own (b"": to be made again)
+        # The start of a POST per distinct set of a request's own headers (a modern request's routing
+        # headers, a credential): encoded once, not per call. Emptied with _head; bounded.
+        self._heads: dict[tuple[tuple[str, str], ...], bytes] = {}
         self.last_status: int | None = None  # of the latest exchange (era detection reads it)
         self._block_key: tuple[str | None, str | None] | None = None
         self._inbound: Inbound | None = None
         self._session_id: str | None = None
         self._protocol_version: str | None = None
-        self._closed = asyncio.Event()
+        self._closed = Flag()  # ._closed.on: is_set() without a call, read by every call
         self._reason = "closed"
         self._get_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
@@ -132,13 +138,24 @@ class HttpCarrier(Carrier):
             self._head = self._pool.head("POST", self._target, self._block)
         return self._block
 
+    def _plain_head(self) -> bytes:
+        """``_head``, made again first when the session or the version changed since."""
+        self._header_block()
+        return self._head
+
+    def _forget_head(self) -> None:
+        """The session or the version changed: every POST's start is made again on its next use."""
+        self._head = b""
+        self._block_key = None
+        self._heads.clear()
+
     def _die(self, reason: str) -> None:
         if not self._closed.is_set():
             self._reason = reason
             self._closed.set()
 
     async def send(self, message: dict[str, Any], headers: Mapping[str, str] | None = None) -> None:
-        if self._pool is None or self._closed.is_set():
+        if self._pool is None or self._closed.on:
             raise CarrierClosed(self._reason)
         is_request = "method" in message and "id" in message
         body = jsonrpc.dumps(message)
@@ -174,21 +191,34 @@ class HttpCarrier(Carrier):
         None: no connection is idle (or this is the handshake's
         ``initialize``, whose answer carries the session): :meth:`send` it instead."""
         pool = self._pool
-        if pool is None or self._closed.is_set():
+        if pool is None or self._closed.on:
             raise CarrierClosed(self._reason)
-        if message.get("method") == "initialize" or (self._session_id and session_key(headers) is not None):
+        if message.get("method") == "initialize" or (
+            headers is not None and self._session_id and session_key(headers) is not None
+        ):
             return None  # a caller's call on a legacy session backend goes in the caller's session: send()
         trace = OUTGOING_HTTP.get()  # the CLIENT span's traceparent while tracing is on (gateway/telemetry/)
         if trace is not None:
             headers = {**headers, **trace} if headers else trace
-        if headers:
-            head = pool.head("POST", self._target, self._header_block() + encode_headers(headers))
+            head = pool.head("POST", self._target, self._header_block() + encode_headers(headers))  # one per call
+        elif headers:
+            key = tuple(headers.items())
+            found = self._heads.get(key) if self._head else None  # none while the session or version changed
+            if found is None:
+                found = pool.head("POST", self._target, self._header_block() + encode_headers(headers))
+                if len(self._heads) >= _HEADS:
+                    self._heads.clear()
+                self._heads[key] = found
+            head = found
         else:
-            self._header_block()
-            head = self._head
+            head = self._head or self._plain_head()  # b"" once the session or the version changed
         exchange = QuickExchange(self, pool, message, headers)
         try:
-            conn = pool.try_start(head, jsonrpc.dumps(message), exchange)
+            body = orjson.dumps(message)
+        except orjson.JSONEncodeError:
+            body = jsonrpc.dumps(message)  # what orjson refuses (integers beyond 64 bits), written exactly
+        try:
+            conn = pool.try_start(head, body, exchange)
         except HttpError:
             return None  # closed meanwhile: send() says so as usual
         if conn is None:
@@ -246,6 +276,7 @@ class HttpCarrier(Carrier):
             sid = response.headers.get("mcp-session-id")
             if sid:
                 self._session_id = sid
+                self._forget_head()
         status = response.status
         self.last_status = status
         if status < 400 and response.headers.get("content-type", "").startswith("text/event-stream"):
@@ -357,6 +388,7 @@ class HttpCarrier(Carrier):
             version = response["result"].get("protocolVersion")
             if isinstance(version, str):
                 self._protocol_version = version
+                self._forget_head()
 
     async def _read_stream(
         self,

@@ -57,48 +57,49 @@ class Pending:
 
 
 class PendingTable:
-    __slots__ = ("_backend", "_by_id")
+    __slots__ = ("_backend", "by_id")
 
     def __init__(self, backend: str) -> None:
         self._backend = backend
-        self._by_id: dict[Any, Pending] = {}
+        # Upstream id -> request; the backend connection's hot path reads and writes it directly.
+        self.by_id: dict[Any, Pending] = {}
 
     def __len__(self) -> int:
-        return len(self._by_id)
+        return len(self.by_id)
 
     def owners(self) -> list[CallOwner]:
-        return [p.owner for p in self._by_id.values() if p.owner is not None]
+        return [p.owner for p in self.by_id.values() if p.owner is not None]
 
     def add(self, pending: Pending) -> None:
-        self._by_id[pending.upstream_id] = pending
+        self.by_id[pending.upstream_id] = pending
 
     def drop(self, pending: Pending) -> bool:
         """Forget ``pending`` (abandoned, cancelled, never sent); whether it was still waiting."""
-        return self._by_id.pop(pending.upstream_id, None) is not None
+        return self.by_id.pop(pending.upstream_id, None) is not None
 
     def owner_of(self, related: Any) -> CallOwner | None:
         """The owner of the request a carrier says a message relates to (None: unrelated)."""
         if related is None:
             return None
-        pending = self._by_id.get(related)
+        pending = self.by_id.get(related)
         return pending.owner if pending is not None else None
 
     def answered(self, message: dict[str, Any], probe: Pending | None) -> None:
         """Hand an answer (a message without method) to the request it answers."""
         rpc_id = message.get("id")
         if type(rpc_id) is int:  # our own ids are ints: the common case, without the checks below
-            pending = self._by_id.pop(rpc_id, None)
+            pending = self.by_id.pop(rpc_id, None)
         elif rpc_id is not None and not jsonrpc.names_a_request(rpc_id):
             log.warning("backend %s answered with an id that is no string or number: %.200r", self._backend, rpc_id)
             return
         else:
-            pending = self._by_id.pop(rpc_id, None)
+            pending = self.by_id.pop(rpc_id, None)
             if pending is None and isinstance(rpc_id, str) and rpc_id.isascii() and rpc_id.isdigit():
-                pending = self._by_id.pop(int(rpc_id), None)  # a backend that stringified our id
+                pending = self.by_id.pop(int(rpc_id), None)  # a backend that stringified our id
         if pending is None and isinstance(message.get("error"), dict) and probe is not None:
             # Servers that refuse the probe before any session exists answer with an id of
             # their own ("server-error") or null: that answer is to the probe all the same.
-            pending = self._by_id.pop(probe.upstream_id, None)
+            pending = self.by_id.pop(probe.upstream_id, None)
         if pending is not None and not pending.future.done():
             pending.future.set_result(message)
         elif pending is None:
@@ -110,13 +111,13 @@ class PendingTable:
         if not isinstance(params, dict):
             return
         token = params.get("progressToken")
-        pending = self._by_id.get(token) if jsonrpc.names_a_request(token) else None
+        pending = self.by_id.get(token) if jsonrpc.names_a_request(token) else None
         if pending is None or pending.owner is None or pending.client_token is MISSING:
             return  # progress for a call that ended, or one the gateway made itself
         pending.owner.deliver({**message, "params": {**params, "progressToken": pending.client_token}})
 
     def fail_all(self, reason: str) -> None:
-        waiting, self._by_id = self._by_id, {}
+        waiting, self.by_id = self.by_id, {}
         for pending in waiting.values():
             if not pending.future.done():
                 pending.lost = reason

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway import jsonrpc, sse
 from gateway.sse import SSEParser
+from gateway.upstreams.deadlines import Slot
 from gateway.upstreams.httpclient import ConnectionPool, HttpError, _Connection
 
 if TYPE_CHECKING:
@@ -50,17 +51,16 @@ class QuickExchange:
         "_answered",
         "_carrier",
         "_chunks",
-        "_ctype",
         "_drain_key",
         "_last_id",
         "_pool",
-        "_received",
         "_retry_ms",
         "_sse",
         "_status",
         "conn",
         "headers",
         "message",
+        "received_any",
         "task",
     )
 
@@ -74,14 +74,13 @@ class QuickExchange:
         self.conn: _Connection | None = None
         self.task: asyncio.Task[None] | None = None
         self._chunks: list[bytes] = []
-        self._ctype = ""
         self._status = 0
-        self._received = False
+        self.received_any = False  # set by the connection at the answer's first bytes
         self._sse: SSEParser | None = None  # set at the headers of a stream
         self._answered = False  # the stream carried the response (what follows is drained)
         self._last_id: str | None = None
         self._retry_ms: int | None = None
-        self._drain_key: int | None = None  # in the carrier's drain deadlines while draining
+        self._drain_key: Slot | None = None  # its slot in the carrier's drain deadlines while draining
 
     def abort(self) -> None:
         """The call was cancelled or timed out: its exchange ends now (over HTTP, closing the
@@ -97,16 +96,13 @@ class QuickExchange:
             self.task.cancel()  # resuming the stream, or sending once more
 
     # -- the parser's events
-    def on_message_begin(self) -> None:
-        self._received = True
-
     def on_header(self, name: bytes, value: bytes) -> None:
-        if len(name) == 12 and name.lower() == b"content-type":
-            self._ctype = value.decode("latin-1")
+        """Not called: the connection keeps the one header needed, ``content_type`` (try_start's exchange)."""
 
     def on_headers_complete(self, status: int) -> None:
         self._status = status
-        if status < 400 and self._ctype.startswith("text/event-stream"):
+        conn = self.conn
+        if status < 400 and conn is not None and conn.content_type.startswith(b"text/event-stream"):
             self._carrier.last_status = status
             self._sse = SSEParser(self._carrier._max)
 
@@ -115,7 +111,8 @@ class QuickExchange:
         if parser is None:
             self._chunks.append(body)
             return
-        if self.conn is None:
+        conn = self.conn
+        if conn is None:
             return
         carrier = self._carrier
         rpc_id = self.message["id"]
@@ -132,10 +129,18 @@ class QuickExchange:
                     self._last_id = event.id
                 if event.retry_ms is not None:
                     self._retry_ms = event.retry_ms
-                msg = sse.message_of(event, f"backend {carrier._name}")
+                if not event.data or event.event != "message":
+                    continue  # no message (a priming event, an id or retry alone): message_of's None, without the call
+                msg = sse.message_of(event, carrier._source)
                 if msg is None:
                     continue
-                answers = not self._answered and jsonrpc.is_response(msg) and msg.get("id") == rpc_id
+                # jsonrpc.is_response, inline
+                answers = (
+                    not self._answered
+                    and "method" not in msg
+                    and ("result" in msg or "error" in msg)
+                    and msg.get("id") == rpc_id
+                )
                 inbound(msg, rpc_id)
                 if answers:
                     self._answered = True  # only once delivered: a failure before fails the call below
@@ -145,16 +150,25 @@ class QuickExchange:
             log.exception("backend %s: relaying a stream's event failed", carrier._name)
             self._stream_failed(jsonrpc.INTERNAL_ERROR, f"backend {carrier._name}: answer not handled")
             return
-        if self._answered and self._drain_key is None and self.conn is not None:
+        if self._answered and self._drain_key is None:
+            # The drain's deadline is armed once the connection has fed this read to the parser
+            # (arm_drain), and only if the stream did not end in it: the common answer, whose end
+            # comes in the same read, never enters the drain deadlines at all.
+            conn.armed = self
+
+    def arm_drain(self) -> None:
+        """The rest of an answered stream is still to come: it may take at most DRAIN_S."""
+        if self.conn is not None and self._drain_key is None:
             # A timer slice shared with the other drains (gateway/upstreams/deadlines.py), not a
             # timer of its own: arming and cancelling one per call cost more than the parsing.
-            self._drain_key = carrier._drains.add(DRAIN_S, self)
+            self._drain_key = self._carrier._drains.add(DRAIN_S, self)
 
     def on_message_complete(self, keep_alive: bool) -> None:
         conn = self.conn
         if conn is None:
             return
         self.conn = None
+        conn.armed = None  # the stream ended in the read that answered it: nothing to drain
         self._pool.release(conn, keep_alive)
         carrier = self._carrier
         if self._sse is not None:
@@ -181,7 +195,7 @@ class QuickExchange:
         if self._answered:
             return  # the rest of an answered stream is lost; the call has its answer
         self._carrier._quick_failed(
-            self, HttpError(str(exc)) if not isinstance(exc, HttpError) else exc, not self._received
+            self, HttpError(str(exc)) if not isinstance(exc, HttpError) else exc, not self.received_any
         )
 
     # -- a stream's ends other than its message's
@@ -200,7 +214,7 @@ class QuickExchange:
         key = self._drain_key
         if key is not None:
             self._drain_key = None
-            self._carrier._drains.remove(key, self)
+            key.pop(self, None)  # Deadlines.remove
 
     def expire(self) -> None:
         """An answered stream that did not end within DRAIN_S: its connection is closed."""

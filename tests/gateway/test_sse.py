@@ -331,3 +331,44 @@ def test_whole_line_chunks_parse_as_byte_by_byte(pieces: list[bytes], data: st.D
     stream = b"".join(pieces)
     cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=8))
     assert parse(*chunked(stream, cuts)) == parse(*(stream[i : i + 1] for i in range(len(stream))))
+
+
+class GeneralOnly(SSEParser):
+    """The parser without its quick way for whole-line chunks: every chunk line by line."""
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        return self._general(chunk)
+
+
+def parse_with(parser: SSEParser, chunks: list[bytes]) -> list[SSEEvent] | str:
+    """The events of ``chunks``, or the refusal's message (both ways must refuse at the same point)."""
+    events: list[SSEEvent] = []
+    try:
+        for chunk in chunks:
+            events.extend(parser.feed(chunk))
+    except ValueError as exc:
+        return f"{len(events)} events, then {exc}"
+    return events
+
+
+_FIELDS = [b"", b"data", b"data:", b"data: ", b"id:", b"id: ", b"event: ", b"event:", b"retry: ", b"retry:", b":"]
+_VALUES = [b"", b" ", b"a", b"15", b"\x00", b"\xc3\xa9", b"\xff", b"{}", b"a:b", b"message"]
+stream_lines = st.builds(
+    lambda field, value, end: field + value + end,
+    st.sampled_from(_FIELDS),
+    st.sampled_from(_VALUES),
+    st.sampled_from([b"\n", b"\n\n", b"\n", b"\r\n", b"\r\n\r\n", b"\r", b""]),
+)
+
+
+@settings(max_examples=400)
+@given(st.lists(stream_lines, max_size=16), st.integers(1, 24), st.data())
+def test_quick_way_yields_what_line_by_line_yields(lines: list[bytes], limit: int, data: st.DataObject) -> None:
+    """The quick way for whole-line chunks (the fields in locals, one call per chunk) and the general
+    line-by-line way give the same events, the same refusals over the limit, for any split of any stream."""
+    stream = b"".join(lines)
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=8))
+    chunks = chunked(stream, cuts)
+    assert parse_with(SSEParser(limit), chunks) == parse_with(GeneralOnly(limit), chunks)
+    whole_lines = chunked(stream, [i + 1 for i, byte in enumerate(stream) if byte == 0x0A])
+    assert parse_with(SSEParser(limit), whole_lines) == parse_with(GeneralOnly(limit), whole_lines)
