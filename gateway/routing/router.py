@@ -280,7 +280,7 @@ class Router:
         self._metrics.observe_call(
             called if called in _KNOWN_METHODS else "other", backend, outcome, error_type, seconds
         )
-        # _record, inline (every request passes here).
+        # audit(), inline (every request passes here; its clock reading is the one above).
         latency_ms = round(seconds * 1000, 3)
         self._audit.record_request(
             decided,
@@ -312,18 +312,6 @@ class Router:
         """One audit record per decision (the MGP adapter re-emits these as notifications/mgp.audit),
         and with it the access log line and the span's decision (``audit_tap``, when on)."""
         latency_ms = round((time.perf_counter() - started) * 1000, 3)
-        self._record(session, event, outcome, backend, latency_ms, reason, result)
-
-    def _record(
-        self,
-        session: ClientSession,
-        event: Event,
-        outcome: str,
-        backend: str,
-        latency_ms: float,
-        reason: str | None,
-        result: str | None,
-    ) -> None:
         self._audit.record_request(
             outcome,
             session.principal.name,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from adapters.mcp import LEGACY_VERSIONS
 from adapters.mcp_modern import looks_modern
 from gateway import jsonrpc
+from gateway.transports.batches import serve_batch
 from gateway.transports.coalesce import HOLD_KEY, CoalescingTransport
 from gateway.transports.event_stream import TRANSPORT as TRANSPORT, EventStreamWriter
 from gateway.transports.http_common import (
@@ -41,6 +42,7 @@ from gateway.transports.http_common import (
     watch_disconnect,
 )
 from gateway.transports.lean import LeanCycle
+from gateway.transports.resume import resume_point
 from gateway.transports.streamable_http_modern import ModernExchange
 from policies.auth import AuthError
 from policies.principal import Principal
@@ -210,7 +212,8 @@ class StreamableHttpDoor:
         except jsonrpc.RpcError as exc:
             return send_rpc_error(send, 400, exc.code, exc.message)
         if isinstance(message, list):
-            return self._batch(scope, send, view, message)
+            find_session = functools.partial(self._session, scope, send, view)
+            return serve_batch(send, message, self._limits.max_inflight_per_session, find_session, self._router)
         try:
             shape = jsonrpc.classify(message)
         except jsonrpc.RpcError as exc:
@@ -294,29 +297,6 @@ class StreamableHttpDoor:
         """A notification or a response from the client: handled, then acknowledged."""
         await self._router.handle(session, message, shape, session.standalone, principal)
         await send_bytes(send, 202, b"")
-
-    async def _batch(self, scope: Scope, send: Send, view: View, batch: list[Any]) -> None:
-        """JSON-RPC batches (allowed by 2025-03-26 only): answered together as one JSON array."""
-        if not batch:
-            await send_rpc_error(send, 400, jsonrpc.INVALID_REQUEST, "Invalid Request: empty batch")
-            return
-        if len(batch) > self._limits.max_inflight_per_session:
-            # Its items run concurrently: a batch may not be more than a session may have in flight.
-            limit = self._limits.max_inflight_per_session
-            await send_rpc_error(send, 400, jsonrpc.INVALID_REQUEST, f"Invalid Request: batch over {limit} items")
-            return
-        found = await self._session(scope, send, view)
-        if found is None:
-            return
-        session, principal = found
-        answers = await answer_batch(self._router, session, principal, batch)
-        if session.closed:
-            # An exit in the batch: its answer goes in this body, not on the session stream that owes it.
-            session.standalone.close()
-        if answers:
-            await send_bytes(send, 200, jsonrpc.dumps(answers))
-        else:
-            await send_bytes(send, 202, b"")
 
     async def _request(
         self,
@@ -455,25 +435,11 @@ class StreamableHttpDoor:
             return
         session = found[0]
         last_event_id = header(scope, b"last-event-id")
-        missed: list[dict[str, Any]] | None = []
-        if last_event_id:
-            stream_id, _, seq_text = last_event_id.rpartition("-")
-            channel = session.find_stream(stream_id)
-            # isascii(): "²".isdigit() is true, but int() refuses it.
-            numeric = seq_text.isascii() and seq_text.isdigit()
-            if channel is session.standalone and numeric and self._shared.keeps_history and not channel.attached:
-                # Many replicas: the history of the session's stream, whoever held it (gateway/replicas/history.py).
-                missed = await self._shared.missed(session, int(seq_text))
-                after = channel.last_seq
-            elif channel is None or not numeric or not channel.can_resume(int(seq_text)):
-                missed = None
-            else:
-                after = int(seq_text)
-            if missed is None or channel is None:
-                await send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "Cannot resume: unknown or expired event id")
-                return
-        else:
-            channel, after = session.standalone, session.standalone.last_seq
+        point = await resume_point(session, last_event_id, self._shared)
+        if point is None:
+            await send_rpc_error(send, 404, jsonrpc.INVALID_REQUEST, "Cannot resume: unknown or expired event id")
+            return
+        channel, after, missed = point
         if channel.attached:
             await send_rpc_error(send, 409, jsonrpc.INVALID_REQUEST, "Conflict: this stream already has a reader")
             return
@@ -481,7 +447,7 @@ class StreamableHttpDoor:
         gone = watch_disconnect(scope, receive)
         try:
             async with self._shared.holding(session):
-                for message in missed or ():
+                for message in missed:
                     channel.push_local(message)  # numbered on above the history: recorded again, sent below
                 await self._sse.start_get(send, session, channel, after, bool(last_event_id))
                 # Awaited here, not inside start_get: an idle stream holds one coroutine frame less.
@@ -536,21 +502,3 @@ def _forget(gone: asyncio.Future[None], cancel: Callable[..., object]) -> None:
     a callback at all."""
     gone.remove_done_callback(cancel)
     gone.cancel()
-
-
-async def answer_batch(
-    router: Router, session: ClientSession, principal: Principal, batch: list[Any]
-) -> list[dict[str, Any]]:
-    """A batch's members handled concurrently; the answers of its requests (a broken member is
-    answered alone, ``initialize`` is never batched)."""
-
-    async def one(item: Any) -> dict[str, Any] | None:
-        try:
-            shape = jsonrpc.classify(item)
-        except jsonrpc.RpcError as exc:
-            return jsonrpc.error_from(None, exc)
-        if shape is jsonrpc.Shape.REQUEST and item["method"] == "initialize":
-            return jsonrpc.error(item["id"], jsonrpc.INVALID_REQUEST, "initialize cannot be batched")
-        return await router.handle(session, item, shape, session.standalone, principal)
-
-    return [a for a in await asyncio.gather(*(one(i) for i in batch)) if a is not None]

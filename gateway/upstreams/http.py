@@ -14,7 +14,7 @@ The hot path (:meth:`HttpCarrier.start_request`, gateway/upstreams/quick.py's
 its answer handled in the HTTP parser's callbacks, by the same rules (:meth:`HttpCarrier._answer`
 for a JSON answer; an SSE answer's events relayed as they arrive, the response its answer, the rest
 of the stream drained before the connection goes back to the pool, a stream that ends unanswered
-resumed as :meth:`HttpCarrier._resume` does), with no task, coroutine or ``Response`` per call; a
+resumed as gateway/upstreams/post_stream.py's ``resume`` does), with no task, coroutine or ``Response`` per call; a
 kept-alive connection found closed before any byte of the answer is retried once, afresh, as
 :meth:`ConnectionPool.request` retries. Otherwise (``initialize``, no idle connection) the request
 goes the awaited way, :meth:`HttpCarrier.send`.
@@ -35,10 +35,9 @@ from typing import Any
 
 import orjson
 
-from gateway import jsonrpc, sse
-from gateway.sse import SSEParser
+from gateway import jsonrpc
 from gateway.telemetry.context import OUTGOING_HTTP
-from gateway.upstreams import get_stream
+from gateway.upstreams import get_stream, post_stream
 from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
 from gateway.upstreams.deadlines import Deadlines
 from gateway.upstreams.egress import BackendEgress
@@ -47,18 +46,16 @@ from gateway.upstreams.httpclient import (
     ConnectError,
     ConnectionPool,
     HttpError,
-    Response,
     encode_headers,
     target_of,
 )
-from gateway.upstreams.quick import DRAIN_S, QuickExchange
+from gateway.upstreams.quick import QuickExchange
 from gateway.upstreams.user_sessions import UserSessions, session_key
 
 __all__ = ["HttpCarrier", "QuickExchange"]
 
 log = logging.getLogger(__name__)
 
-_RESUME_ATTEMPTS = 5
 _HEADS = 256  # distinct header sets whose POST start is kept (HttpCarrier._heads)
 
 
@@ -228,7 +225,7 @@ class HttpCarrier(Carrier):
 
     def _quick_resume(self, exchange: QuickExchange, last_id: str | None, retry_ms: int | None) -> None:
         """A quick exchange's stream ended before the response: a task resumes it, as :meth:`send` would."""
-        exchange.task = self._spawn(self._resume(exchange.message["id"], last_id, retry_ms))
+        exchange.task = self._spawn(post_stream.resume(self, exchange.message["id"], last_id, retry_ms))
 
     def _quick_failed(self, exchange: QuickExchange, exc: HttpError, nothing_received: bool) -> None:
         """A quick exchange's connection failed. Nothing received on a kept-alive connection (the
@@ -280,7 +277,7 @@ class HttpCarrier(Carrier):
         status = response.status
         self.last_status = status
         if status < 400 and response.headers.get("content-type", "").startswith("text/event-stream"):
-            await self._stream_of(message, rpc_id, response)
+            await post_stream.relay(self, message, rpc_id, response)
             return
         try:
             data = await response.read()
@@ -347,41 +344,11 @@ class HttpCarrier(Carrier):
                 text += "in its proxy URL, or check them"
             self._fail(rpc_id, jsonrpc.BACKEND_UNAVAILABLE if status >= 500 else jsonrpc.INTERNAL_ERROR, text)
 
-    async def _stream_of(self, message: dict[str, Any], rpc_id: Any, response: Response) -> None:
-        """Relay a POST's SSE answer until its response (the rest is drained in the background), or
-        resume the stream when it ends before."""
-        chunks = response.iter_raw()
-        parser = SSEParser(self._max)
-        draining = False
-        try:
-            answered, last_id, retry_ms = await self._read_stream(
-                chunks, parser, rpc_id, until_answered=True, request=message
-            )
-            if answered:
-                # The caller has its answer; the end of the stream is read in the background so
-                # that the connection goes back to the pool (iter_raw releases it).
-                draining = True
-                self._spawn(self._drain(chunks, parser, rpc_id))
-                return
-        finally:
-            if not draining:
-                response.release()
-        await self._resume(rpc_id, last_id, retry_ms)
-
     def _spawn(self, coro: Any) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return task
-
-    async def _drain(self, chunks: Any, parser: SSEParser, rpc_id: Any) -> None:
-        try:
-            async with asyncio.timeout(DRAIN_S):
-                await self._read_stream(chunks, parser, rpc_id, until_answered=False)
-        except (TimeoutError, HttpError, ValueError):
-            pass
-        finally:
-            await chunks.aclose()
 
     def _note_init(self, message: dict[str, Any], response: dict[str, Any]) -> None:
         if message.get("method") == "initialize" and isinstance(response.get("result"), dict):
@@ -389,68 +356,6 @@ class HttpCarrier(Carrier):
             if isinstance(version, str):
                 self._protocol_version = version
                 self._forget_head()
-
-    async def _read_stream(
-        self,
-        chunks: Any,
-        parser: SSEParser,
-        rpc_id: Any,
-        until_answered: bool,
-        request: dict[str, Any] | None = None,
-    ) -> tuple[bool, str | None, int | None]:
-        """Relay the events of one response stream; say whether the response itself came. The answer
-        to an ``initialize`` (``request``) sets the version later requests declare, as a JSON one does."""
-        assert self._inbound
-        last_id: str | None = None
-        retry_ms: int | None = None
-        answered = False
-        async for chunk in chunks:
-            for event in parser.feed(chunk):
-                if event.id is not None:
-                    last_id = event.id
-                if event.retry_ms is not None:
-                    retry_ms = event.retry_ms
-                msg = sse.message_of(event, f"backend {self._name}")
-                if msg is None:
-                    continue
-                if jsonrpc.is_response(msg) and msg.get("id") == rpc_id:
-                    answered = True
-                    if request is not None:
-                        self._note_init(request, msg)
-                self._inbound(msg, rpc_id)
-            if answered and until_answered:
-                break
-        return answered, last_id, retry_ms
-
-    async def _resume(self, rpc_id: Any, last_id: str | None, retry_ms: int | None) -> None:
-        """The stream ended before the response: resume it with Last-Event-ID (SSE polling, 2025-11-25)."""
-        assert self._pool
-        for _ in range(_RESUME_ATTEMPTS):
-            if last_id is None:
-                break
-            await asyncio.sleep(min((retry_ms or 0) / 1000.0, 5.0))
-            headers = {**self._headers(), "last-event-id": last_id, "accept": "text/event-stream"}
-            try:
-                response = await self._pool.request("GET", self._target, headers)
-            except HttpError:
-                break
-            chunks = response.iter_raw()
-            try:
-                if response.status != 200:
-                    break
-                # Until the answer, not the stream's end: a server may keep a resumed stream open
-                # after it (the official SDK's does). Released unfinished, the connection is closed.
-                answered, new_last, new_retry = await self._read_stream(
-                    chunks, SSEParser(self._max), rpc_id, until_answered=True
-                )
-            finally:
-                await chunks.aclose()
-                response.release()
-            if answered:
-                return
-            last_id = new_last or last_id
-            retry_ms = new_retry if new_retry is not None else retry_ms
-        self._fail(rpc_id, jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} closed the stream without answering")
 
     async def ready(self) -> None:
         assert self._pool and self._inbound
