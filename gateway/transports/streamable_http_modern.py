@@ -214,9 +214,9 @@ class ModernExchange:
         if capabilities.get("extensions"):
             self._mgp.adopt(session)  # MGP §2.6: this request's client capabilities may declare it
         if method == "server/discover":
-            return self._discover(send, view, session, envelope, rpc_id)
+            return self._discover(send, view, session, mcp_modern.Envelope(*envelope), rpc_id)
         if method == "subscriptions/listen":
-            return self._listen(scope, receive, send, view, message, envelope, credentials)
+            return self._listen(scope, receive, send, view, message, mcp_modern.Envelope(*envelope), credentials)
         if self._parked is not None and (owner := self._parked.owner(scope, message)) is not None:
             return self._parked.forward(owner, scope, message, send)
         if method == "tools/call":
