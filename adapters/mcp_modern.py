@@ -124,7 +124,7 @@ def render_scalar(value: Any) -> str | None:
 # tools/list, and every modern tools/call would walk it again. Keyed by identity; the entry keeps
 # the schema alive so its id cannot be reused while cached.
 # The entry also holds the tokens lowercased (as ASGI header names are) for check_param_headers.
-_PATHS_CACHE: dict[int, tuple[Any, dict[tuple[str, ...], str], dict[str, tuple[str, ...]]]] = {}
+PATHS_CACHE: dict[int, tuple[Any, dict[tuple[str, ...], str], dict[str, tuple[str, ...]]]] = {}
 _PATHS_CACHE_MAX = 4096
 
 
@@ -134,21 +134,21 @@ def param_header_paths(input_schema: Any) -> dict[tuple[str, ...], str]:
     Only properties reached from the root through plain ``properties`` chains count, as the spec
     requires; anything else is not a declared header. The result is shared: do not change it.
     """
-    cached = _PATHS_CACHE.get(id(input_schema))  # _param_headers_of's hit, inline: one call less per tools/call
+    cached = PATHS_CACHE.get(id(input_schema))  # _param_headers_of's hit, inline: one call less per tools/call
     if cached is not None and cached[0] is input_schema:
         return cached[1]
     return _param_headers_of(input_schema)[1]
 
 
 def _param_headers_of(input_schema: Any) -> tuple[Any, dict[tuple[str, ...], str], dict[str, tuple[str, ...]]]:
-    cached = _PATHS_CACHE.get(id(input_schema))
+    cached = PATHS_CACHE.get(id(input_schema))
     if cached is not None and cached[0] is input_schema:
         return cached
     found = _walk_param_headers(input_schema)
-    if len(_PATHS_CACHE) >= _PATHS_CACHE_MAX:
-        _PATHS_CACHE.clear()
+    if len(PATHS_CACHE) >= _PATHS_CACHE_MAX:
+        PATHS_CACHE.clear()
     entry = (input_schema, found, {token.lower(): path for path, token in found.items()})
-    _PATHS_CACHE[id(input_schema)] = entry
+    PATHS_CACHE[id(input_schema)] = entry
     return entry
 
 
