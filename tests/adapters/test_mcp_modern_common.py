@@ -46,8 +46,8 @@ def test_the_common_shape_passes_in_one_step() -> None:
     message = _request()
     envelope = read_common(message, "2026-07-28", b"tools/call", b"echo")
     assert envelope == _full(message, "2026-07-28", b"tools/call", b"echo")
-    assert envelope is not None and envelope.client_info == {"name": "t", "version": "1"}
-    assert envelope.log_level is None
+    assert envelope is not None and envelope[2] == {"name": "t", "version": "1"}  # (client_info)
+    assert envelope[3] is None  # (log_level)
     for method, field in mcp_modern.NAME_FIELD.items():
         assert read_common(_request(method, "x"), "2026-07-28", method.encode(), b"x") is not None, field
 
