@@ -72,6 +72,11 @@ class _CancelOnAsk(InputSignal):
             self.interrupted = True
             self._conn.cancel(self._pending, _UNASKABLE)
 
+    def waiter(self) -> asyncio.Future[None]:
+        # Only a call whose client can be asked waits for input (_await_or_park, on its own exchange
+        # session): a waiter here would never be woken, so asking for one is a bug, said at once.
+        raise RuntimeError("an unaskable call's input signal has no waiters")
+
 
 class EraBridge:
     def __init__(self, parking: Parking, limits: Limits) -> None:
