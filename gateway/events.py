@@ -62,6 +62,7 @@ _ACTION_PREFIX: dict[Kind, str] = {
 
 # Read once: on Python 3.11 each ``Kind.X`` read costs about 0.1 µs, and actions are made per request.
 _CHAT, _PRESENCE = Kind.CHAT, Kind.PRESENCE
+_now = time.time
 
 
 def action_string(kind: Kind, method: str | None, context: str | None = None) -> str:
@@ -83,7 +84,7 @@ def action_string(kind: Kind, method: str | None, context: str | None = None) ->
     return f"{prefix}:{method}"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Event:
     """One message crossing the gateway, normalized.
 
@@ -107,6 +108,42 @@ class Event:
     facets: dict[str, Any] = field(default_factory=dict)
     id: str = field(default_factory=new_event_id)
     ts: float = field(default_factory=time.time)
+
+    # Written by hand (the fields above still give eq, repr, fields() and replace()): the generated one
+    # calls a default factory per field and new_event_id per event; this saves about a microsecond per message.
+    def __init__(
+        self,
+        kind: Kind,
+        method: str | None,
+        payload: dict[str, Any],
+        dialect: Dialect = Dialect.MCP,
+        context: str | None = None,
+        rpc_id: Any = None,
+        correlation_id: str | None = None,
+        principal: str | None = None,
+        session: str | None = None,
+        source: str | None = None,
+        targets: tuple[str, ...] = (),
+        trace_id: str | None = None,
+        facets: dict[str, Any] | None = None,
+        id: str | None = None,
+        ts: float | None = None,
+    ) -> None:
+        self.kind = kind
+        self.method = method
+        self.payload = payload
+        self.dialect = dialect
+        self.context = context
+        self.rpc_id = rpc_id
+        self.correlation_id = correlation_id
+        self.principal = principal
+        self.session = session
+        self.source = source
+        self.targets = targets
+        self.trace_id = trace_id
+        self.facets = {} if facets is None else facets
+        self.id = f"{_EVENT_PREFIX}-{next(_event_counter)}" if id is None else id  # new_event_id, inlined
+        self.ts = _now() if ts is None else ts
 
     @property
     def action(self) -> str:

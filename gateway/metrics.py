@@ -184,8 +184,11 @@ class Metrics:
         # (method, backend, outcome, error_type) -> the live cells ``observe_call`` updates. Bounded
         # as the series are: known methods or ``other``, configured backends, outcome words, codes.
         self._calls: dict[tuple[str, str, str, str], _CallCells] = {}
-        self._latency_bounds = self.latency.bounds
-        self._server_bounds = self.mcp_server_duration.bounds
+        # Both histograms' bucket of a duration from one bisect: on the union of their bounds, then a
+        # precomputed index into each (no bound of either lies between two neighbours of the union).
+        self._call_bounds, self._latency_at, self._server_at = _merged(
+            self.latency.bounds, self.mcp_server_duration.bounds
+        )
         # Backend calls: the client-duration series of each label set, kept (as ``_calls``).
         self._clients: dict[tuple[str, str, str], list[float]] = {}
         self._client_bounds = self.mcp_client_duration.bounds
@@ -198,9 +201,10 @@ class Metrics:
             cells = self._call_cells(method, backend, outcome, error_type)
         count, latency, server = cells
         count[0] += 1
-        latency[bisect_left(self._latency_bounds, seconds)] += 1
+        at = bisect_left(self._call_bounds, seconds)
+        latency[self._latency_at[at]] += 1
         latency[-1] += seconds
-        server[bisect_left(self._server_bounds, seconds)] += 1
+        server[self._server_at[at]] += 1
         server[-1] += seconds
 
     def _call_cells(self, method: str, backend: str, outcome: str, error_type: str) -> _CallCells:
@@ -238,6 +242,13 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _merged(a: tuple[float, ...], b: tuple[float, ...]) -> tuple[tuple[float, ...], tuple[int, ...], tuple[int, ...]]:
+    """The union of two sorted bounds, and for each ``bisect_left`` index into it the one into ``a`` and into ``b``."""
+    union = tuple(sorted({*a, *b}))
+    edges = (*union, float("inf"))  # index len(union): above every bound, the +Inf bucket of both
+    return union, tuple(bisect_left(a, e) for e in edges), tuple(bisect_left(b, e) for e in edges)
 
 
 # The request counter's cell, the duration histogram's series, the server-duration histogram's series.

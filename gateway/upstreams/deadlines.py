@@ -19,7 +19,7 @@ after its slice fired.
 from __future__ import annotations
 
 import asyncio
-import math
+from math import ceil
 from typing import Protocol
 
 GRAIN_S = 0.01
@@ -37,16 +37,17 @@ Slot = dict[Expiring, None]  # the items of one slice (insertion-ordered)
 class Deadlines:
     """The deadlines of one event loop's calls (one instance per loop, or per owner)."""
 
-    __slots__ = ("_loop", "_slices")
+    __slots__ = ("_loop", "_slices", "_time")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self._time = loop.time  # bound once: add() runs per call
         self._slices: dict[int, Slot] = {}  # by the slice's end, in ms
 
     def add(self, timeout: float, item: Expiring) -> Slot:
         """``item.expire()`` once ``timeout`` seconds have passed; its slot, to :meth:`remove` it from."""
         grain = _GRAIN_MS if timeout < _LONG_S else int(timeout)  # in ms: a thousandth of the timeout
-        key = math.ceil((self._loop.time() + timeout) * 1000 / grain) * grain  # the slice's end, in ms
+        key = ceil((self._time() + timeout) * 1000 / grain) * grain  # the slice's end, in ms
         items = self._slices.get(key)
         if items is None:
             items = self._slices[key] = {}
