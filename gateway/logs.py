@@ -8,9 +8,7 @@ per client request, gateway/telemetry/observe.py) add their fields (method, back
 duration_ms, principal, session). ``logging.level`` null means the top-level ``log_level``.
 
 Invariants: a record is turned into its final text, request ids included, in the thread that
-logged it (the request's context lives there), then appended to a bounded deque (a text access line,
-which carries no request ids, is appended as its facts and made into the same text by the writer:
-the event loop does not format it); one thread writes
+logged it (the request's context lives there), then appended to a bounded deque; one thread writes
 it to stderr (a line after a quiet spell at once, then at most every 0.02 s), so a slow stderr never
 blocks the event loop. When 10,000 lines wait, a new one is dropped and counted (said once on
 stderr at exit) rather than waiting.
@@ -92,7 +90,7 @@ class JsonFormatter(logging.Formatter):
 class _Handoff(logging.Handler):
     """Formats in the caller's thread (the request's context lives there) and hands the text over."""
 
-    def __init__(self, lines: deque[str | AccessFacts], wake: threading.Event) -> None:
+    def __init__(self, lines: deque[str], wake: threading.Event) -> None:
         super().__init__()
         self._lines = lines
         self._wake = wake
@@ -107,9 +105,8 @@ class _Handoff(logging.Handler):
             return
         self.hand_over(text)
 
-    def hand_over(self, text: str | AccessFacts) -> None:
-        """Queue one finished line (or an access line's facts, made into its text by the writer) for
-        the writer thread."""
+    def hand_over(self, text: str) -> None:
+        """Queue one finished line for the writer thread."""
         if len(self._lines) >= QUEUE_SIZE:
             self.dropped += 1  # stderr is behind: a gap beats a stalled event loop
             return
@@ -129,9 +126,7 @@ class _Writer(threading.Thread):
     per call, bench/RESULTS.md.) A stream with a file descriptor is written with one ``os.write`` per
     batch (one GIL release, no text layer); others (a test's StringIO) through ``write``."""
 
-    def __init__(
-        self, lines: deque[str | AccessFacts], handoff: _Handoff, wake: threading.Event, stream: TextIO
-    ) -> None:
+    def __init__(self, lines: deque[str], handoff: _Handoff, wake: threading.Event, stream: TextIO) -> None:
         super().__init__(name="switchboard-log-writer", daemon=True)
         self._lines = lines
         self._handoff = handoff
@@ -163,11 +158,7 @@ class _Writer(threading.Thread):
     def _drain(self) -> int:
         lines = self._lines
         # Only this thread takes lines out; others only append: the ones there now can all be taken.
-        # An access line's facts become its text here, off the event loop (AccessLines.write_request).
-        texts = [
-            item if isinstance(item, str) else _access_text(item)
-            for item in [lines.popleft() for _ in range(len(lines))]
-        ]
+        texts = [lines.popleft() for _ in range(len(lines))]
         if texts:
             try:
                 self._write("\n".join(texts) + "\n")
@@ -221,23 +212,6 @@ class AccessLines:
         """A text line (``json`` False), which shows the message alone: no fields to make."""
         self._handoff.hand_over(_asctime(time.time()) + self._prefix + message)
 
-    def write_request(
-        self,
-        method: str,
-        backend: str,
-        outcome: str,
-        result: str | None,
-        latency_ms: float,
-        principal: str,
-        session: str,
-    ) -> None:
-        """A client request's text line (``json`` False), as :func:`access_message` words it: the
-        facts are handed over as they are and the writer thread makes the text (same line, same
-        place in the order), so the event loop does not format it."""
-        self._handoff.hand_over(
-            (time.time(), self._prefix, method, backend, outcome, result, latency_ms, principal, session)
-        )
-
     def write(self, message: str, fields: dict[str, Any]) -> None:
         now = time.time()
         if not self.json:
@@ -250,27 +224,6 @@ class AccessLines:
 
 
 ACCESS_LOGGER = "switchboard.access"
-# A text access line's facts (AccessLines.write_request): time, prefix, then access_message's words.
-AccessFacts = tuple[float, str, str, str, str, "str | None", float, str, str]
-
-
-def access_message(
-    method: str, backend: str, outcome: str, result: str | None, latency_ms: float, principal: str, session: str
-) -> str:
-    """The message of one client request's access line (gateway/telemetry/observe.py)."""
-    shown_result = f" result={result}" if result is not None and result != "ok" else ""
-    return (
-        f"{method} backend={backend} outcome={outcome}{shown_result} {latency_ms:.3f}ms "
-        f"principal={principal} session={session[:8]}"
-    )
-
-
-def _access_text(facts: AccessFacts) -> str:
-    """The text line of ``facts`` (in the writer thread; _asctime's caches are safe to share)."""
-    ts, prefix, method, backend, outcome, result, latency_ms, principal, session = facts
-    return _asctime(ts) + prefix + access_message(method, backend, outcome, result, latency_ms, principal, session)
-
-
 # logging's default asctime ("2026-11-24 07:40:01,123", local time), kept per millisecond.
 _asctime = PerMillisecond(PerSecond("%Y-%m-%d %H:%M:%S", local=True), "%s,%03d")
 
@@ -298,7 +251,7 @@ def configure(config: Config, who: str = "", stream: TextIO | None = None) -> No
         formatter = JsonFormatter(who)
     else:
         formatter = logging.Formatter(_TEXT_FORMAT.format(who=who))
-    lines: deque[str | AccessFacts] = deque()
+    lines: deque[str] = deque()
     wake = threading.Event()
     handler = _Handoff(lines, wake)
     handler.setFormatter(formatter)

@@ -108,17 +108,19 @@ def access_line(
 ) -> None:
     """One access log line per client request (logger ``switchboard.access``, level info).
 
-    The default text format writes the message alone: its facts go to the log writer thread, which
-    makes the text (gateway/logs.py); the JSON fields only when a JSON line or a logging record needs them."""
+    The text line is made here once; the JSON fields only when a JSON line or a logging record
+    needs them (the default text format writes the message alone)."""
     method = event.method or "unknown"
     principal = session.principal.name
+    shown_result = f" result={result}" if result is not None and result != "ok" else ""
+    message = (
+        f"{method} backend={backend} outcome={outcome}{shown_result} {latency_ms:.3f}ms "
+        f"principal={principal} session={session.id[:8]}"
+    )
     fast = logs.access_lines()
     if fast is not None and not fast.json:
-        fast.write_request(
-            method, backend, outcome, result, latency_ms, principal, session.id
-        )  # text made off the loop
+        fast.write_text(message)
         return
-    message = logs.access_message(method, backend, outcome, result, latency_ms, principal, session.id)
     fields: dict[str, Any] = {
         "method": method,
         "backend": backend,
