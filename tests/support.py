@@ -332,3 +332,33 @@ async def gone(pid: int, timeout_s: float = 10.0) -> bool:
             return False
         await asyncio.sleep(0.05)
     return True
+
+
+@contextlib.asynccontextmanager
+async def served_by_gateway_protocol(app: Any, gateway: Any, backend: str) -> AsyncIterator[tuple[Any, int]]:
+    """``app`` under a real uvicorn server with the gateway's own HTTP protocol (lean cycle, write
+    batch: gateway/transports/coalesce.py) on a free loopback port, once ``backend`` is ready; yields
+    the server and its port, and stops the server on the way out."""
+    import socket
+
+    import uvicorn
+
+    from gateway.transports.coalesce import CoalescingHttpToolsProtocol
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(
+        app, http=CoalescingHttpToolsProtocol, lifespan="on", log_config=None, access_log=False, proxy_headers=False
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    async with asyncio.timeout(10):
+        while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn offers only the flag)
+            await asyncio.sleep(0.01)
+        assert await gateway.connections[backend].wait_ready(10)
+    try:
+        yield server, sock.getsockname()[1]
+    finally:
+        server.should_exit = True
+        async with asyncio.timeout(10):
+            await task

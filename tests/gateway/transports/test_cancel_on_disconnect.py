@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,8 +15,9 @@ import uvicorn
 from gateway.app import build_app
 from gateway.config import Config
 from gateway.core import Gateway
-from gateway.transports.coalesce import CoalescingHttpToolsProtocol, CoalescingTransport
+from gateway.transports.coalesce import CoalescingTransport
 from tests.gateway.transports.modern_door_support import META, WAIT_S, headers_for, rpc
+from tests.support import served_by_gateway_protocol
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -27,24 +27,8 @@ async def served() -> AsyncIterator[tuple[Gateway, uvicorn.Server, int]]:
     cfg = Config.model_validate({"backends": {"demo": {"transport": "builtin"}}})
     gateway = Gateway(cfg)
     app = build_app(cfg, gateway)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app, http=CoalescingHttpToolsProtocol, lifespan="on", log_config=None, access_log=False, proxy_headers=False
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    async with asyncio.timeout(10):
-        while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn offers only the flag)
-            await asyncio.sleep(0.01)
-        assert await gateway.connections["demo"].wait_ready(10)
-    try:
+    async with served_by_gateway_protocol(app, gateway, "demo") as (server, port):
         yield gateway, server, port
-    finally:
-        server.should_exit = True
-        async with asyncio.timeout(10):
-            await task
 
 
 def request(message: dict[str, Any], name: str) -> bytes:

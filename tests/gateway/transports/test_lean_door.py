@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import pytest
-import uvicorn
 
 from gateway.app import build_app
 from gateway.config import Config
 from gateway.core import Gateway
-from gateway.transports.coalesce import CoalescingHttpToolsProtocol
-from tests.support import initialize_request
+from tests.support import initialize_request, served_by_gateway_protocol
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -43,23 +40,8 @@ async def port() -> AsyncIterator[int]:
 
     app.lean_doors[b"/mcp"] = (path, counted)
     LEAN.clear()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(
-        app, http=CoalescingHttpToolsProtocol, lifespan="on", log_config=None, access_log=False, proxy_headers=False
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    async with asyncio.timeout(10):
-        while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn offers only the flag)
-            await asyncio.sleep(0.01)
-        assert await gateway.connections["demo"].wait_ready(10)
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        async with asyncio.timeout(10):
-            await task
+    async with served_by_gateway_protocol(app, gateway, "demo") as (_server, served_port):
+        yield served_port
 
 
 class Client:
