@@ -6,15 +6,17 @@
 Invariant of ``annotate``'s fast path: a plain ``tools/call`` (no key any extension reads in its
 params or arguments, no trace id on the message) gets no facet and no trace id from any annotator,
 so it is answered by one test of keys present; anything else goes through every annotator.
+``decode`` is ``annotate(mcp.decode(...))`` with that test inlined (the router's entry, per message).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from adapters import mcpc, mcpl, mgp
+from adapters import mcp, mcpc, mcpl, mgp
 from adapters.mcpc.handshake import HANDSHAKE_TOOLS
 from adapters.mcpc.metadata import LEGACY_KEY as _MCPC_LEGACY_KEY, PARAMS_KEY as _MCPC_PARAMS_KEY
+from gateway import jsonrpc
 from gateway.events import Dialect, Event
 
 _EXTENSIONS = (mcpl, mgp, mcpc)
@@ -23,6 +25,9 @@ _ANNOTATORS = tuple(module.annotate for module in _EXTENSIONS)
 # The params keys that can make an extension annotate a tools/call: MCPL's featureSet and scope,
 # MGP's _mgp and trace_id (§6.5; ``_meta`` only through its traceparent, tested apart).
 _MARKED_PARAMS = frozenset({"featureSet", "scope", "_mgp", "trace_id"})
+_SHAPE_KIND = mcp.SHAPE_KIND
+_MCP = Dialect.MCP  # read once: a ``Dialect.X`` read costs about 0.1 µs on Python 3.11
+_NO_META: Any = object()  # no ``_meta`` key (a ``_meta`` of None is not plain: see _plain_call)
 
 
 def detect_dialects(initialize_params: dict[str, Any]) -> frozenset[Dialect]:
@@ -36,6 +41,47 @@ def detect_dialects(initialize_params: dict[str, Any]) -> frozenset[Dialect]:
 def annotate(event: Event) -> Event:
     if event.method == "tools/call" and _plain_call(event.payload):
         return event  # no annotator would add anything (module docstring)
+    for annotator in _ANNOTATORS:
+        annotator(event)
+    return event
+
+
+def decode(message: dict[str, Any], shape: jsonrpc.Shape, session: str | None, principal: str | None) -> Event:
+    """``annotate(mcp.decode(message, shape, session=session, principal=principal))``: the same event,
+    with a plain ``tools/call`` made and checked in this one frame (three Python calls fewer per call)."""
+    params = message.get("params")
+    if message.get("method") != "tools/call" or type(params) is not dict:
+        event = mcp.decode(message, shape, session=session, principal=principal)
+        for annotator in _ANNOTATORS:
+            annotator(event)
+        return event
+    name = params.get("name")
+    # mcp.decode's tools/call branch (positional, in Event's field order).
+    event = Event(
+        _SHAPE_KIND[shape],
+        "tools/call",
+        message,
+        _MCP,
+        name if isinstance(name, str) else None,
+        message.get("id"),
+        None,
+        principal,
+        session,
+    )
+    # _plain_call, inlined: a plain call gets nothing from any annotator (module docstring).
+    if (
+        "trace_id" not in message
+        and _MARKED_PARAMS.isdisjoint(params)
+        and type(name) is str
+        and name not in HANDSHAKE_TOOLS
+    ):
+        meta = params.get("_meta", _NO_META)
+        if meta is _NO_META or (type(meta) is dict and "traceparent" not in meta):
+            arguments = params.get("arguments")
+            if arguments is None or (
+                type(arguments) is dict and _MCPC_PARAMS_KEY not in arguments and _MCPC_LEGACY_KEY not in arguments
+            ):
+                return event
     for annotator in _ANNOTATORS:
         annotator(event)
     return event

@@ -15,7 +15,7 @@ for a dialect asks the codec, never a flag on the session:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from adapters import mcp_draft, mcp_modern
@@ -30,21 +30,19 @@ _MODERN_FIELDS = frozenset({"resultType", "ttlMs", "cacheScope"})
 class ClientCodec:
     name: CodecName
     modern: bool
+    # What the era implies, stored at construction: read per call, where a property costs a Python frame.
+    # Whether the client can be sent a request (sampling, elicitation, roots) while its call runs.
+    asks_mid_request: bool = field(init=False, repr=False, compare=False)
+    # Before the client chose a level: legacy leaves logging to the server; modern asked for none.
+    logs_by_default: bool = field(init=False, repr=False, compare=False)
+    # Whether a response stream can be resumed with ``Last-Event-ID`` (a legacy session's).
+    resumable_streams: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def asks_mid_request(self) -> bool:
-        """Whether the client can be sent a request (sampling, elicitation, roots) while its call runs."""
-        return not self.modern
-
-    @property
-    def logs_by_default(self) -> bool:
-        """Before the client chose a level: legacy leaves logging to the server; modern asked for none."""
-        return not self.modern
-
-    @property
-    def resumable_streams(self) -> bool:
-        """Whether a response stream can be resumed with ``Last-Event-ID`` (a legacy session's)."""
-        return not self.modern
+    def __post_init__(self) -> None:
+        legacy = not self.modern
+        object.__setattr__(self, "asks_mid_request", legacy)
+        object.__setattr__(self, "logs_by_default", legacy)
+        object.__setattr__(self, "resumable_streams", legacy)
 
     def render(self, message: dict[str, Any]) -> dict[str, Any] | None:
         """A message as this client expects it on the wire (None: not for it)."""

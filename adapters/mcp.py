@@ -26,7 +26,8 @@ CLIENT_CAPABILITY_OF = {
 }
 
 _MCP = Dialect.MCP  # read once: a ``Dialect.X`` read costs about 0.1 µs on Python 3.11
-_SHAPE_KIND = {
+# The Event kind of each JSON-RPC shape (also read by adapters.decode).
+SHAPE_KIND = {
     jsonrpc.Shape.REQUEST: Kind.REQUEST,
     jsonrpc.Shape.NOTIFICATION: Kind.NOTIFICATION,
     jsonrpc.Shape.RESPONSE: Kind.RESPONSE,
@@ -65,4 +66,4 @@ def decode(message: dict[str, Any], shape: jsonrpc.Shape, *, session: str | None
         context = context_of(method, params if isinstance(params, dict) else {}) if method else None
     # Positional, in Event's field order (kind, method, payload, dialect, context, rpc_id,
     # correlation_id, principal, session): on every message, keywords cost a third more.
-    return Event(_SHAPE_KIND[shape], method, message, _MCP, context, message.get("id"), None, principal, session)
+    return Event(SHAPE_KIND[shape], method, message, _MCP, context, message.get("id"), None, principal, session)

@@ -147,7 +147,13 @@ class Event:
 
     @property
     def action(self) -> str:
-        return action_string(self.kind, self.method, self.context)
+        # action_string, inlined for the MCP kinds (asked on every request, by its audit record).
+        prefix = _ACTION_PREFIX.get(self.kind)
+        method = self.method
+        if prefix is None or method is None:
+            return action_string(self.kind, method, self.context)
+        context = self.context
+        return f"{prefix}:{method}:{context}" if context else f"{prefix}:{method}"
 
     @property
     def params(self) -> dict[str, Any]:

@@ -344,7 +344,8 @@ class MgpAccessPolicy:
 
     def idle(self) -> bool:
         """No entry anywhere and opt-out: nothing to decide (the chain skips the member)."""
-        return self.table.open_to_all
+        table = self.table  # its open_to_all, inlined (asked on every routed tools/call)
+        return table.default == "opt-out" and not table._static and not len(table.store)
 
     def visible(self, action: str, principal: Principal, target: Target | None) -> bool:
         if target is None or target.name is None or not action.startswith(_CALL_PREFIX) or self.table.open_to_all:

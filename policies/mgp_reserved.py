@@ -8,7 +8,7 @@ no client can be tricked into calling a backend's impostor of a kernel tool.
 
 from __future__ import annotations
 
-from adapters.mgp.names import is_reserved_tool_name
+from adapters.mgp.names import RESERVED_TOOL_PREFIX, is_reserved_tool_name
 from gateway.errors import MgpCode, mgp_error_data
 from gateway.events import Event
 from policies.chain import Decision, Outcome, Stage, Target
@@ -32,7 +32,10 @@ class MgpReservedNamePolicy:
 
     def check_now(self, event: Event, principal: Principal, target: Target | None) -> Decision | None:
         """``check`` without a coroutine (it never awaits): what the chain calls (policies/chain.py)."""
-        if target is None or event.method != "tools/call" or not is_reserved_tool_name(target.name):
+        if target is None or event.method != "tools/call":
+            return None
+        name = target.name  # is_reserved_tool_name, inlined (asked on every routed tools/call)
+        if not isinstance(name, str) or not name.startswith(RESERVED_TOOL_PREFIX):
             return None
         reason = (
             f"server {target.backend!r} offers a tool named {target.name!r} in the kernel's reserved mgp.* "

@@ -230,7 +230,10 @@ class Catalog:
         (the list must be fetched). The router asks this first: no coroutine on most calls."""
         if not isinstance(exposed, str) or not exposed:
             raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "params.name must be a non-empty string")
-        found = view.namer.name_in(exposed)
+        namer = view.namer
+        if namer.sole is not None and not namer.prefixed:
+            return namer.sole, exposed  # namer.name_in's answer for a single backend's view, inlined
+        found = namer.name_in(exposed)
         if found is not None:
             return found
         if self._pools and any(name in self._pools for name in view.backends):

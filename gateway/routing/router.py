@@ -229,7 +229,7 @@ class Router:
         channel: Channel,
         principal: Principal,
     ) -> dict[str, Any] | None:
-        event = adapters.annotate(mcp_adapter.decode(message, shape, session=session.id, principal=principal.name))
+        event = adapters.decode(message, shape, session.id, principal.name)  # annotate(mcp.decode(...)), one frame
         started = time.perf_counter()
         decision = self._chain.admit_now(event, principal)
         if not isinstance(decision, Decision):

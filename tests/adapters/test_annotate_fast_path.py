@@ -90,3 +90,22 @@ def test_plain_call_takes_the_fast_path() -> None:
     assert adapters._plain_call(message)
     marked = jsonrpc.request(1, "tools/call", {"name": "echo", "arguments": {"mcpc_params": {}}})
     assert not adapters._plain_call(marked)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    params=st.one_of(_PARAMS, _VALUES),
+    trace=st.one_of(st.none(), _TRACE),
+    method=st.sampled_from(["tools/call", "prompts/get", "mgp/access/query"]),
+    shape=st.sampled_from([jsonrpc.Shape.REQUEST, jsonrpc.Shape.NOTIFICATION]),
+)
+def test_decode_is_annotate_of_the_mcp_decode(params: Any, trace: Any, method: str, shape: jsonrpc.Shape) -> None:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    if trace is not None:
+        message["trace_id"] = trace
+    one = adapters.decode(message, shape, "s", "p")
+    two = _slow(decode(message, shape, session="s", principal="p"))
+    for name in ("kind", "method", "payload", "dialect", "context", "rpc_id", "principal", "session", "facets"):
+        assert getattr(one, name) == getattr(two, name), name
+    assert one.trace_id == two.trace_id
+    assert one.action == two.action
