@@ -220,6 +220,7 @@ class AuditLog:
                 log.exception("audit record (outcome %r) could not be emitted", outcome)
 
     def _emit(self, outcome: str, rec: AuditRecord) -> None:
+        # record_request holds an inlined copy of these steps: a change here goes there too.
         counted = self._counted.get(outcome)
         if counted is None:  # the counter's live cell for this outcome (a few words: kept)
             counted = self._counted[outcome] = self._metrics.audit_records.cell((outcome,))

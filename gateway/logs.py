@@ -210,7 +210,17 @@ class AccessLines:
 
     def write_text(self, message: str) -> None:
         """A text line (``json`` False), which shows the message alone: no fields to make."""
-        self._handoff.hand_over(_asctime(time.time()) + self._prefix + message)
+        text = _asctime_of(time.time()) + self._prefix + message
+        # self._handoff.hand_over(text), inlined (one line per request).
+        handoff = self._handoff
+        lines = handoff._lines
+        if len(lines) >= QUEUE_SIZE:
+            handoff.dropped += 1
+            return
+        lines.append(text)
+        if not handoff.pending:
+            handoff.pending = True
+            handoff._wake.set()
 
     def write(self, message: str, fields: dict[str, Any]) -> None:
         now = time.time()
@@ -226,6 +236,7 @@ class AccessLines:
 ACCESS_LOGGER = "switchboard.access"
 # logging's default asctime ("2026-11-24 07:40:01,123", local time), kept per millisecond.
 _asctime = PerMillisecond(PerSecond("%Y-%m-%d %H:%M:%S", local=True), "%s,%03d")
+_asctime_of = _asctime.__call__  # its bound method: a plain Python call, not the type's __call__ slot
 
 
 _installed: tuple[_Handoff, _Writer] | None = None

@@ -9,7 +9,7 @@ replaces the arguments that were threaded one by one through the router's method
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from adapters.mgp import streaming as mgp_streaming, strip as mgp_strip
@@ -24,16 +24,22 @@ if TYPE_CHECKING:
     from gateway.upstreams.connection import BackendConnection, Pending
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Call:
     session: ClientSession
     event: Event
     channel: Channel
     principal: Principal
+    # The event's JSON-RPC id, stored when made (read on every forwarded call; a property costs a frame).
+    # A Call's event is never replaced: a handler that needs another id makes a new Call.
+    rpc_id: Any = field(repr=False, compare=False)
 
-    @property
-    def rpc_id(self) -> Any:
-        return self.event.rpc_id
+    def __init__(self, session: ClientSession, event: Event, channel: Channel, principal: Principal) -> None:
+        self.session = session
+        self.event = event
+        self.channel = channel
+        self.principal = principal
+        self.rpc_id = event.rpc_id
 
     @property
     def params(self) -> dict[str, Any]:

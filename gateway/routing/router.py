@@ -26,7 +26,7 @@ from adapters.mcp import LOG_LEVELS
 from adapters.mcpc import handshake as mcpc_handshake, metadata as mcpc_metadata
 from adapters.mgp import names as mgp_names
 from gateway import jsonrpc
-from gateway.events import Dialect
+from gateway.events import Dialect, action_of
 from gateway.federation import LIST_METHODS, ListKind, View
 from gateway.routing.call import Call, Handler, PolicyDenied, Routed
 from gateway.routing.subscribe_calls import SubscribeCalls
@@ -286,7 +286,7 @@ class Router:
             decided,
             session.principal.name,
             _DIALECT_NAME[event.dialect],
-            event.action,
+            action_of(event),  # event.action, without the property's own call
             called,
             backend,
             session.id[:8],
@@ -316,7 +316,7 @@ class Router:
             outcome,
             session.principal.name,
             _DIALECT_NAME[event.dialect],
-            event.action,
+            action_of(event),
             event.method,
             backend,
             session.id[:8],
