@@ -252,7 +252,8 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             cycle.body += body
             if len(cycle.body) > HIGH_WATER_LIMIT:
                 self.flow.pause_reading()
-            cycle.set()
+            if cycle._event is not None:  # LeanCycle.set, inline (one call less per piece of body)
+                cycle._event.set()
 
     def on_message_complete(self) -> None:
         cycle = self.cycle
@@ -260,7 +261,8 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             super().on_message_complete()
         elif not cycle.response_complete:
             cycle.more_body = False
-            cycle.set()
+            if cycle._event is not None:  # LeanCycle.set, inline
+                cycle._event.set()
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
         # A lean cycle leaves uvicorn's task set itself when run_asgi ends (transports/lean.py):
