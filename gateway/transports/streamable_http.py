@@ -334,11 +334,12 @@ class StreamableHttpDoor:
             held = scope.get(HOLD_KEY)
             if held is not None:
                 # The gateway's own protocol: the connection cancels the call when the client leaves
-                # (no future, no callback per call); released below on every way out.
-                me = held.hold()
-                if me is None:
+                # (no future, no callback per call); released below on every way out. held.hold(), inline.
+                if held.is_lost:
                     channel.close()
                     return  # gone already: there is no one to answer
+                me = _current_task(held.loop)
+                held.held.add(me)
             else:
                 me = _current_task(_running_loop())
                 assert me is not None
@@ -379,7 +380,7 @@ class StreamableHttpDoor:
                 extra = [*extra, ("retry-after", retry)]
         if not started:
             if held is not None:
-                held.release(me)
+                held.held.discard(me)  # held.release(me), inline
             elif gone is not None and cancel is not None:  # _forget, inline
                 gone.remove_done_callback(cancel)
                 gone.cancel()
