@@ -374,7 +374,7 @@ class Forwarder:
         started = time.perf_counter()
         error_type = "cancelled"
         try:
-            session, rpc_id = call.session, call.rpc_id
+            session, rpc_id = call.session, call.event.rpc_id  # Call.rpc_id's property, inline
             if conn.era == "modern":
                 # A dual-era backend serves a legacy client in its own era (gateway/upstreams/affinity.py;
                 # only a modern connection has a legacy twin, so the others skip the await).
@@ -403,6 +403,7 @@ class Forwarder:
                 error_type = error_type_of_exception(exc)
             raise
         finally:
-            if timed:
-                self._observe(method, backend, error_type, started)
+            if timed and self._metrics is not None:  # _observe, inline
+                label = method if method in _METRIC_METHODS else "other"
+                self._metrics.observe_client(label, backend, error_type, time.perf_counter() - started)
         return Routed(answer, backend, error_type)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 import adapters
@@ -137,6 +137,7 @@ class Router:
             "completion/complete": self._complete,
             **dict.fromkeys(mcpl_adapter.HOST_REQUESTS, self._mcpl_request),
         }
+        self._untouched: Handler = self._passthrough  # bound once: _handle's default, not a bound method per call
 
     def register(self, method: str, handler: Handler) -> None:
         """Let a dialect answer ``method`` itself (e.g. MGP's ``mgp/access/*``): the request still
@@ -252,7 +253,7 @@ class Router:
             return None
         if not session.initialized and session.protocol_version is None and event.method not in ("initialize", "ping"):
             return jsonrpc.error(event.rpc_id, jsonrpc.INVALID_REQUEST, "Session not initialized")
-        handler = self._handlers.get(event.method or "", self._passthrough)
+        handler = self._handlers.get(event.method or "", self._untouched)
         backend = "gateway"
         decided = "allowed"
         reason = None
@@ -383,33 +384,47 @@ class Router:
 
     # ---- routed to a backend -----------------------------------------------------------------
 
-    async def _named_call(self, call: Call) -> Routed:
+    def _named_call(
+        self,
+        call: Call,
+        resolved: tuple[str, str] | None = None,
+        item: Any = None,
+        fetched: bool = False,
+        decision: Decision | None = None,
+    ) -> Awaitable[Routed]:
+        """A ``tools/call`` or ``prompts/get``: the forwarder's awaitable of its answer.
+
+        Not a coroutine of its own (one await layer less on every call). Where it must wait (a name
+        only the fetched list resolves, a tool definition to fetch, a chain member that must be
+        awaited) a small coroutine waits and calls it again with what it waited for (``resolved``,
+        ``item`` once ``fetched``, ``decision``): every step before those is pure or idempotent, so
+        one sequence of checks serves both ways."""
         session, event = call.session, call.event
         tools = event.method == "tools/call"
         sent = event.params  # read once: the event's params are not replaced below but for MCPC ids
         name: Any = sent.get("name")  # after resolve_name: a non-empty str (the MCPC branch keeps it)
         if tools:
             if session.mgp is not None and self._mgp.is_kernel_call(session, name):  # only an MGP client's can be
-                return await self._mgp.call_kernel_tool(call)  # MGP §1.6: answered by the gateway itself
+                return self._mgp.call_kernel_tool(call)  # MGP §1.6: answered by the gateway itself
             facets = event.facets
             mcpc = facets.get("mcpc") if facets else None  # a plain call has no facets (adapters.annotate)
             if mcpc is not None:
                 if mcpc.get("handshake"):
-                    return self._mcpc.handshake(call, sent["name"])  # the gateway is the MCPC server
+                    return _ready(self._mcpc.handshake(call, sent["name"]))  # the gateway is the MCPC server
                 # A client's MCPC ids are the gateway's business (gateway/mcpc/calls.py): no policy
-                # judges them as arguments and no backend ever sees them.
+                # judges them as arguments and no backend ever sees them. (Again on a call made again:
+                # the arguments are without them already, so the same.)
                 arguments = mcpc_metadata.without_metadata(sent.get("arguments"))
                 sent = {**sent, "arguments": arguments}
                 event.payload = {**event.payload, "params": sent}
-        kind: ListKind = "tools" if tools else "prompts"
-        resolved = self._catalog.resolve_name_now(session.view, kind, name)  # no coroutine when it can
-        backend, original = (
-            resolved
-            if resolved is not None
-            else await self._catalog.resolve_name(session.view, kind, name, call.principal)
-        )
+        if resolved is None:
+            kind: ListKind = "tools" if tools else "prompts"
+            resolved = self._catalog.resolve_name_now(session.view, kind, name)  # no coroutine when it can
+            if resolved is None:
+                return self._named_resolving(call, kind, name)
+        backend, original = resolved
         if tools and original in mcpc_handshake.HANDSHAKE_TOOLS:
-            return self._mcpc.handshake(call, original)  # a backend's own handshake tool, by its prefixed name
+            return _ready(self._mcpc.handshake(call, original))  # a backend's own handshake tool, by its prefixed name
         guard = session.view.guard
         if guard is not None:  # a virtual server: the real tool or prompt is held to the capabilities too
             denied = guard.reaches(call.principal, event.method or "", backend, original)
@@ -419,23 +434,27 @@ class Router:
         # modifies the params it is given (copy on write), so the client's own can go as they are.
         params = sent if original == name else {**sent, "name": original}
         if tools and self._chain.has_dispatch:
-            merged = session.view.merged.get("tools")
-            # resolve_name accepted it: name is a non-empty string.
-            item = merged.by_key.get(name) if merged is not None else None
-            if item is None:
-                # Never decide without the tool's listed definition (its security metadata feeds the
-                # MGP members): a call made before any list, or after lists were dropped, fetches it.
-                item = (await self._catalog.merged(session.view, "tools", call.principal)).by_key.get(name)
-            # MCPL §7.7: what the scope check needs, only for calls that carry a scope.
-            facts = self._mcpl.call_facts(session, backend, sent) if "scope" in params else None
-            # MGP §3-§4: the tool's effective security metadata and its backend's grants.
-            mgp_facts = self._tool_facts(backend, original, item)
-            if mgp_facts is not None:
-                facts = {**facts, **mgp_facts} if facts else mgp_facts
-            # Target made by tuple.__new__ (what its generated __new__ does, without that Python frame).
-            target = tuple.__new__(Target, (backend, original, item, facts))
-            decided = self._chain.dispatch_now(event, call.principal, target)
-            decision = decided if isinstance(decided, Decision) else await decided
+            if decision is None:
+                if not fetched:
+                    merged = session.view.merged.get("tools")
+                    # resolve_name accepted it: name is a non-empty string.
+                    item = merged.by_key.get(name) if merged is not None else None
+                    if item is None:
+                        # Never decide without the tool's listed definition (its security metadata feeds
+                        # the MGP members): a call made before any list, or after lists were dropped, fetches it.
+                        return self._named_fetching(call, resolved, name)
+                # MCPL §7.7: what the scope check needs, only for calls that carry a scope.
+                facts = self._mcpl.call_facts(session, backend, sent) if "scope" in params else None
+                # MGP §3-§4: the tool's effective security metadata and its backend's grants.
+                mgp_facts = self._tool_facts(backend, original, item)
+                if mgp_facts is not None:
+                    facts = {**facts, **mgp_facts} if facts else mgp_facts
+                # Target made by tuple.__new__ (what its generated __new__ does, without that Python frame).
+                target = tuple.__new__(Target, (backend, original, item, facts))
+                decided = self._chain.dispatch_now(event, call.principal, target)
+                if not isinstance(decided, Decision):
+                    return self._named_deciding(call, resolved, item, decided)
+                decision = decided
             if not decision.allowed:
                 raise PolicyDenied(decision, backend, self._mgp.refusal_result(session, decision.data))
         if tools:
@@ -444,7 +463,23 @@ class Router:
                 mgp.tool_session.touch(name)  # MGP §16.7: a used tool stays in context
             if "featureSet" in params:
                 params = self._mcpl.backend_params(session, backend, params)
-        return await self._forwarder.forward(call, backend, params)
+        return self._forwarder.forward(call, backend, params)
+
+    async def _named_resolving(self, call: Call, kind: ListKind, name: Any) -> Routed:
+        """:meth:`_named_call` for a name only the fetched list resolves."""
+        resolved = await self._catalog.resolve_name(call.session.view, kind, name, call.principal)
+        return await self._named_call(call, resolved)
+
+    async def _named_fetching(self, call: Call, resolved: tuple[str, str], name: str) -> Routed:
+        """:meth:`_named_call` for a tool whose listed definition is not at hand."""
+        merged = await self._catalog.merged(call.session.view, "tools", call.principal)
+        return await self._named_call(call, resolved, merged.by_key.get(name), True)
+
+    async def _named_deciding(
+        self, call: Call, resolved: tuple[str, str], item: Any, decided: Awaitable[Decision]
+    ) -> Routed:
+        """:meth:`_named_call` once a dispatch member that must be awaited has decided."""
+        return await self._named_call(call, resolved, item, True, await decided)
 
     async def _uri_call(self, call: Call) -> Routed:
         backend, original = await self._catalog.resolve_uri(call.session.view, call.params.get("uri"), call.principal)
@@ -488,3 +523,8 @@ class Router:
             )
         params = call.event.payload.get("params")
         return await self._forwarder.forward(call, backends[0], params if isinstance(params, dict) else None)
+
+
+async def _ready(routed: Routed) -> Routed:
+    """An answer made without waiting, as the awaitable a handler returns (rare: MCPC handshakes)."""
+    return routed

@@ -25,17 +25,19 @@ _current_task = asyncio.tasks._current_tasks.get  # type: ignore[attr-defined]  
 class CoalescingTransport:
     # Slots: one per client connection, and what it carries beyond writes (the disconnect watchers)
     # lives here rather than in uvicorn's protocol object, whose instance dict would grow for it.
-    __slots__ = ("_batch", "_buffer", "_held", "_loop", "_lost", "_lost_watchers", "_scheduled", "_transport")
+    __slots__ = ("_batch", "_buffer", "_lost_watchers", "_scheduled", "_transport", "held", "is_lost", "loop")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
-        self._loop = loop
+        self.loop = loop
         self._batch = write_batch(loop)
         self._buffer: list[bytes] = []
         self._scheduled = False
-        self._lost = False
+        self.is_lost = False  # a plain attribute (read per request by the door's cancel-on-disconnect)
         self._lost_watchers: list[asyncio.Future[None]] | None = None
-        self._held: set[asyncio.Task[Any]] | None = None
+        # The tasks to cancel when the connection is lost (hold/release; the Streamable HTTP door's
+        # _request adds and discards its task here itself, without the two calls).
+        self.held: set[asyncio.Task[Any]] = set()
 
     # ---- tasks cancelled when the connection is lost (``HOLD_KEY``) ----------------------------
     # What a request that the client's leaving must cancel (the 2026-07-28 wire's only cancellation)
@@ -44,29 +46,21 @@ class CoalescingTransport:
     def hold(self) -> asyncio.Task[Any] | None:
         """Cancel the running task if the connection is lost before :meth:`release`: that task, or
         None (nothing held) if the connection is lost already."""
-        if self._lost:
+        if self.is_lost:
             return None
         # The loop's table of running tasks, read directly: asyncio.current_task() asks for the
         # running loop, which costs a getpid() syscall in 3.11.
-        task: asyncio.Task[Any] = _current_task(self._loop)
-        if self._held is None:
-            self._held = {task}
-        else:
-            self._held.add(task)
+        task: asyncio.Task[Any] = _current_task(self.loop)
+        self.held.add(task)
         return task
 
     def release(self, task: asyncio.Task[Any]) -> None:
-        if self._held is not None:
-            self._held.discard(task)
-
-    @property
-    def is_lost(self) -> bool:
-        return self._lost
+        self.held.discard(task)
 
     def watch_lost(self) -> asyncio.Future[None]:
         """A future done once the connection is lost (``LOST_KEY``)."""
-        watcher: asyncio.Future[None] = self._loop.create_future()
-        if self._lost:
+        watcher: asyncio.Future[None] = self.loop.create_future()
+        if self.is_lost:
             watcher.set_result(None)
             return watcher
         watchers = self._lost_watchers
@@ -81,12 +75,12 @@ class CoalescingTransport:
         return watcher
 
     def lost(self) -> None:
-        self._lost = True
+        self.is_lost = True
         watchers, self._lost_watchers = self._lost_watchers or [], None
         for watcher in watchers:
             if not watcher.done():
                 watcher.set_result(None)
-        held, self._held = self._held or (), None
+        held, self.held = self.held, set()
         for task in held:
             task.cancel()
 
@@ -252,7 +246,8 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             cycle.body += body
             if len(cycle.body) > HIGH_WATER_LIMIT:
                 self.flow.pause_reading()
-            cycle.set()
+            if cycle._event is not None:  # LeanCycle.set, inline (one call less per piece of body)
+                cycle._event.set()
 
     def on_message_complete(self) -> None:
         cycle = self.cycle
@@ -260,7 +255,8 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             super().on_message_complete()
         elif not cycle.response_complete:
             cycle.more_body = False
-            cycle.set()
+            if cycle._event is not None:  # LeanCycle.set, inline
+                cycle._event.set()
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
         # A lean cycle leaves uvicorn's task set itself when run_asgi ends (transports/lean.py):

@@ -232,7 +232,8 @@ class LeanCycle(RequestResponseCycle):
             write = transport.write
         write(b"".join(parts))
         self.response_complete = True
-        self.set()
+        if self._event is not None:  # set(), inline: a waiter only if someone read receive() meanwhile
+            self._event.set()
         if not self.keep_alive:
             self.transport.close()
         self.on_response()

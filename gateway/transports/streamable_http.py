@@ -29,7 +29,6 @@ from gateway.transports.http_common import (
     Scope,
     Send,
     accepts,
-    body_at_hand,
     header,
     headers_of,
     http_status_of,
@@ -41,7 +40,7 @@ from gateway.transports.http_common import (
     text,
     watch_disconnect,
 )
-from gateway.transports.lean import LeanCycle
+from gateway.transports.lean import BODY_KEY, HEADERS_KEY, LeanCycle
 from gateway.transports.resume import resume_point
 from gateway.transports.streamable_http_modern import ModernExchange
 from policies.auth import AuthError
@@ -170,7 +169,10 @@ class StreamableHttpDoor:
 
     def _post(self, scope: Scope, receive: Receive, send: Send, view: View) -> Awaitable[None]:
         # The headers read once; the usual values of Content-Type and Accept pass without parsing.
-        table = headers_of(scope)
+        # headers_of, inline: the lean cycle's table (transports/lean.py), else made once here.
+        table: dict[bytes, bytes] | None = scope.get(HEADERS_KEY)
+        if table is None:
+            table = headers_of(scope)
         raw_type = table.get(b"content-type")
         if raw_type != b"application/json" and (
             (raw_type or b"").decode("latin-1").split(";")[0].strip().lower() != "application/json"
@@ -180,7 +182,7 @@ class StreamableHttpDoor:
             return send_rpc_error(
                 send, 406, jsonrpc.INVALID_REQUEST, "Accept must list application/json and text/event-stream"
             )
-        body = body_at_hand(scope)
+        body: bytes | None = scope.pop(BODY_KEY, None)  # body_at_hand, inline
         if body is None:
             return self._read_post(scope, receive, send, view, table)
         return self._posted(scope, receive, send, view, table, body)
@@ -219,8 +221,11 @@ class StreamableHttpDoor:
         except jsonrpc.RpcError as exc:
             rpc_id = message.get("id") if isinstance(message, dict) else None
             return send_rpc_error(send, 400, exc.code, exc.message, rpc_id if jsonrpc.valid_id(rpc_id) else None)
-        version_header = text(table.get(b"mcp-protocol-version"))
-        session_id = text(table.get(b"mcp-session-id"))
+        # text(), inline (two calls less per request).
+        raw = table.get(b"mcp-protocol-version")
+        version_header = raw.decode("latin-1") if raw is not None else None
+        raw = table.get(b"mcp-session-id")
+        session_id = raw.decode("latin-1") if raw is not None else None
         is_initialize = shape is jsonrpc.Shape.REQUEST and message["method"] == "initialize"
         if not session_id and (
             # initialize selects the legacy era, unless it comes dressed as a modern request.
@@ -329,11 +334,12 @@ class StreamableHttpDoor:
             held = scope.get(HOLD_KEY)
             if held is not None:
                 # The gateway's own protocol: the connection cancels the call when the client leaves
-                # (no future, no callback per call); released below on every way out.
-                me = held.hold()
-                if me is None:
+                # (no future, no callback per call); released below on every way out. held.hold(), inline.
+                if held.is_lost:
                     channel.close()
                     return  # gone already: there is no one to answer
+                me = _current_task(held.loop)
+                held.held.add(me)
             else:
                 me = _current_task(_running_loop())
                 assert me is not None
@@ -374,7 +380,7 @@ class StreamableHttpDoor:
                 extra = [*extra, ("retry-after", retry)]
         if not started:
             if held is not None:
-                held.release(me)
+                held.held.discard(me)  # held.release(me), inline
             elif gone is not None and cancel is not None:  # _forget, inline
                 gone.remove_done_callback(cancel)
                 gone.cancel()

@@ -141,3 +141,30 @@ async def test_the_drafts_exit_request_is_answered_and_ends_the_session(gateway:
     answer = await handle(gateway, session, rpc("exit", rpc_id=3))
     assert answer == {"jsonrpc": "2.0", "id": 3, "result": None}
     assert session.closed
+
+
+async def test_a_dispatch_decision_that_must_be_awaited_is_waited_for(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """_named_call is a plain function: a dispatch member that must be awaited continues in a small
+    coroutine that calls it again with the decision (allowed: forwarded; refused: the refusal)."""
+    from policies.chain import ALLOW, Decision
+
+    session = await ready_session(gateway)
+    chain = gateway.router._chain
+    if not chain.has_dispatch:
+        pytest.skip("no dispatch members in this chain")
+    verdicts: list[Decision] = []
+
+    async def decide(*_: Any) -> Decision:
+        return verdicts.pop(0)
+
+    monkeypatch.setattr(chain, "dispatch_now", lambda *args: decide(*args))
+    verdicts.append(ALLOW)
+    answer = await handle(gateway, session, rpc("tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}}, 5))
+    assert answer["result"]["structuredContent"] == {"sum": 3}
+    verdicts.append(Decision(False, "test", jsonrpc.INVALID_REQUEST, "refused here", None, "denied"))
+    refused = await handle(gateway, session, rpc("tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}}, 6))
+    assert refused["id"] == 6
+    assert refused["error"]["message"] == "refused here"
+    assert not session.inflight

@@ -40,7 +40,7 @@ def request(message: dict[str, Any], name: str) -> bytes:
 
 def held_tasks(server: uvicorn.Server) -> int:
     transports: list[Any] = [p.transport for p in server.server_state.connections]
-    return sum(len(t._held or ()) for t in transports if isinstance(t, CoalescingTransport))
+    return sum(len(t.held) for t in transports if isinstance(t, CoalescingTransport))
 
 
 async def until(check: Any) -> None:
