@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from adapters import codecs
 from adapters.codecs import ClientCodec
-from adapters.mcp import LOG_LEVELS
+from adapters.mcp import CLIENT_CAPABILITY_OF, LOG_LEVELS
 from gateway import jsonrpc
 from gateway.channels import Channel
 from gateway.config import Limits
@@ -94,6 +94,35 @@ class InputSignal:
     def discard(self, future: asyncio.Future[None]) -> None:
         if future in self._waiting:
             self._waiting.remove(future)
+
+
+# The client capabilities a backend's request for input needs: a modern client that declared none of
+# them is never asked (gateway/eras.py, gateway/routing/forwarding.py).
+ASKABLE = frozenset(CLIENT_CAPABILITY_OF.values())
+UNASKABLE = "the client lacks a capability this request needs"
+
+
+class CancelOnAsk(InputSignal):
+    """An unaskable call's signal: the first ``set`` cancels the call (once), nothing ever waits on it.
+    Made per call: two slots set in one small ``__init__``, where ``InputSignal(functools.partial(...))``
+    built a partial, a list and an ``InputSignal`` (~3k instructions)."""
+
+    __slots__ = ("_conn", "_pending")
+
+    def __init__(self, conn: BackendConnection, pending: Pending) -> None:  # (no super().__init__: no waiters)
+        self._conn = conn
+        self._pending = pending
+        self.interrupted = False
+
+    def set(self) -> None:
+        if not self.interrupted:
+            self.interrupted = True
+            self._conn.cancel(self._pending, UNASKABLE)
+
+    def waiter(self) -> asyncio.Future[None]:
+        # Only a call whose client can be asked waits for input (eras._await_or_park, on its own exchange
+        # session): a waiter here would never be woken, so asking for one is a bug, said at once.
+        raise RuntimeError("an unaskable call's input signal has no waiters")
 
 
 class ClientSession:
