@@ -102,7 +102,9 @@ def finish(
         result = response["result"]
         if session.mgp is None:  # a plain MCP client never sees a backend's MGP fields (issue 12)
             result = mgp_strip.strip_result(result)
-        result = session.codec.result(result)
+        codec = session.codec
+        if not codec.modern:  # a modern client keeps every field: no call to ask the codec
+            result = codec.result(result)
         namer = session.view.namer
         if namer.prefixed:  # only a prefixing view renames what a result names
             result = rewrite_result(namer, backend, method, result)

@@ -96,6 +96,13 @@ def _finish_call(response: dict[str, Any]) -> tuple[int, dict[str, Any]]:
 
 
 _FINISH_CALL = _finish_call
+# What handle reads per request, as module globals (one lookup each; ``Shape.REQUEST`` also skips the
+# enum metaclass's ``__getattr__`` hook).
+_REQUEST = jsonrpc.Shape.REQUEST
+_read_common = mcp_modern.read_common
+_new_exchange = ClientSession.exchange
+_MODERN = codecs.MODERN
+_only_envelope = mcp_modern.ENVELOPE_KEYS.issuperset
 
 
 def _reject(send: Send, exc: mcp_modern.ModernRejection, rpc_id: Any) -> Awaitable[None]:
@@ -172,7 +179,7 @@ class ModernExchange:
         Returns what answers it, to be awaited: the checks are synchronous, and a request that
         passes them is ``run``'s coroutine itself, so the exchange holds no frame of this method
         while it runs (every wake-up of the call would pass through it)."""
-        if shape is not jsonrpc.Shape.REQUEST:
+        if shape is not _REQUEST:
             # The modern era defines no client-to-server notifications or responses on this wire.
             return send_bytes(send, 202, b"")
         rpc_id = message["id"]
@@ -186,7 +193,7 @@ class ModernExchange:
             return send_unauthorized(send, scope, exc.reason, exc.error, rpc_id)
         # Only the few headers this era reads are decoded.
         mcp_method, mcp_name = headers.get(b"mcp-method"), headers.get(b"mcp-name")
-        envelope = mcp_modern.read_common(message, version, mcp_method, mcp_name)
+        envelope = _read_common(message, version, mcp_method, mcp_name)
         method = message["method"]
         if envelope is None:  # not the common shape (a named tools/call, prompts/get or resources/read)
             try:
@@ -202,7 +209,7 @@ class ModernExchange:
                 return send_rpc_error(send, 404, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}", rpc_id)
         # A session for this one exchange: the client's envelope stands in for initialize.
         version, capabilities, client_info, log_level = envelope  # (a call with *envelope is not specialized)
-        session = ClientSession.exchange(
+        session = _new_exchange(
             TRANSPORT,
             view,
             self._desk.principal_of(credentials),
@@ -212,7 +219,7 @@ class ModernExchange:
             capabilities,
             client_info,
             log_level,
-            codecs.MODERN,
+            _MODERN,
         )
         if capabilities.get("extensions"):
             self._mgp.adopt(session)  # MGP §2.6: this request's client capabilities may declare it
@@ -245,7 +252,7 @@ class ModernExchange:
         # The envelope was read into the session; routing and backends go without it (detach_envelope,
         # inline for the common case: nothing in _meta but the envelope).
         params = message["params"]
-        if mcp_modern.ENVELOPE_KEYS.issuperset(params["_meta"]):
+        if _only_envelope(params["_meta"]):
             del params["_meta"]
         else:
             mcp_modern.detach_envelope(message)
