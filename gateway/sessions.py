@@ -133,7 +133,7 @@ class ClientSession:
         "_out_ids",
         "_short",
         "_standalone",
-        "_stream_ids",
+        "_stream_seq",
         "client_capabilities",
         "client_info",
         "closed",
@@ -195,7 +195,7 @@ class ClientSession:
         # An MCPC client's handshake (None: its calls are held until their tasks end; gateway/mcpc/).
         self.mcpc: McpcClient | None = None
         self._short = session_id[:8]
-        self._stream_ids = itertools.count(1)
+        self._stream_seq = 0  # the last stream number given (an int: no counter object per session)
         self._out_ids: itertools.count[int] | None = None  # made when the client is first asked something
         self._standalone: Channel | None = Channel(f"{self._short}-0", limits.session_queue, limits.sse_replay_events)
         # Many replicas (gateway/replicas/): whether this replica opened it.
@@ -249,7 +249,7 @@ class ClientSession:
         session.missing_capabilities = []
         session.mcpl = session.mgp = session.mcpc = None
         session._short = short
-        session._stream_ids = itertools.count(1)
+        session._stream_seq = 0
         session._out_ids = None
         session._standalone = None  # made when first used: an exchange has a stream of its own
         session.created_here = True
@@ -277,8 +277,9 @@ class ClientSession:
     def new_stream(self, resumable: bool = True) -> Channel:
         """A channel for one request's answer. ``resumable`` ones can be found again by a GET with
         ``Last-Event-ID``; a front door registers a stream only once it actually streams."""
+        self._stream_seq = seq = self._stream_seq + 1
         channel = Channel(
-            f"{self._short}-{next(self._stream_ids)}",
+            f"{self._short}-{seq}",
             self.limits.session_queue,
             self.limits.sse_replay_events,
         )

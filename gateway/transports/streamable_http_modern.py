@@ -59,6 +59,7 @@ _IS_PARAM_HEADER = operator.methodcaller("startswith", mcp_modern.PARAM_HEADER_P
 # being remembered once it is full, and are then checked one by one.
 _PLAIN_NAMES: set[bytes] = set()
 _PLAIN_NAMES_MAX = 256
+_all_plain = _PLAIN_NAMES.issuperset  # (the set's own test: cheaper than ``headers.keys() <= _PLAIN_NAMES``)
 # A tool's declared Mcp-Param-* headers (mcp_modern.param_header_paths and its cache, read inline by handle).
 _PATHS_CACHE = mcp_modern.PATHS_CACHE
 _paths = mcp_modern.param_header_paths
@@ -66,7 +67,7 @@ _paths = mcp_modern.param_header_paths
 
 def _sends_param_headers(headers: dict[bytes, bytes]) -> bool:
     """Whether any of the request's headers is an ``Mcp-Param-*`` one."""
-    if headers.keys() <= _PLAIN_NAMES:
+    if _all_plain(headers):
         return False
     found = False
     for name in headers:
@@ -241,7 +242,7 @@ class ModernExchange:
                 cached = _PATHS_CACHE.get(id(schema))
                 declared = cached[1] if cached is not None and cached[0] is schema else _paths(schema)
             # The common case, without a call: no Mcp-Param-* header sent, none declared by the tool.
-            if (not headers.keys() <= _PLAIN_NAMES and _sends_param_headers(headers)) or declared:
+            if (not _all_plain(headers) and _sends_param_headers(headers)) or declared:
                 try:
                     _check_param_headers(merged, headers, message)
                 except mcp_modern.ModernRejection as exc:
