@@ -17,6 +17,8 @@ be asked something (it declared sampling, elicitation or roots): only then may t
 parked, outliving the exchange. A client that declared none of them is never asked (a backend's
 request to it is refused at once, gateway/routing/backend_events.py), so its call is awaited in the
 exchange's own task, and such a request only interrupts it with -32021, as the parking path does.
+A new such call with no stream, task or span is served by ``Forwarder._unaskable`` (one timed coroutine,
+gateway/routing/forwarding.py), the same way; this bridge serves the others.
 """
 
 from __future__ import annotations
