@@ -17,6 +17,8 @@ be asked something (it declared sampling, elicitation or roots): only then may t
 parked, outliving the exchange. A client that declared none of them is never asked (a backend's
 request to it is refused at once, gateway/routing/backend_events.py), so its call is awaited in the
 exchange's own task, and such a request only interrupts it with -32021, as the parking path does.
+A new such call with no stream, task or span is served by ``Forwarder._unaskable`` (one timed coroutine,
+gateway/routing/forwarding.py), the same way; this bridge serves the others.
 """
 
 from __future__ import annotations
@@ -30,20 +32,17 @@ from adapters.mcp import CLIENT_CAPABILITY_OF
 from gateway import jsonrpc
 from gateway.routing.call import Call, CallSink
 from gateway.routing.forwarding import begin_call, call_backend, finish
-from gateway.sessions import InputSignal
+from gateway.sessions import ASKABLE, CancelOnAsk, InputSignal
 
 if TYPE_CHECKING:
     from gateway.channels import Channel
     from gateway.config import Limits
     from gateway.mrtr import Parking
     from gateway.sessions import ClientSession
-    from gateway.upstreams.connection import BackendConnection, Pending
+    from gateway.upstreams.connection import BackendConnection
 
 # How many input_required rounds a modern backend may ask for one call.
 MAX_INPUT_ROUNDS = 16
-# The client capabilities a backend's request for input needs (a client with none is never asked).
-_ASKABLE = frozenset(CLIENT_CAPABILITY_OF.values())
-_UNASKABLE = "the client lacks a capability this request needs"
 
 
 def _missing_capabilities(session: ClientSession) -> jsonrpc.RpcError:
@@ -55,33 +54,13 @@ def _missing_capabilities(session: ClientSession) -> jsonrpc.RpcError:
     )
 
 
-class _CancelOnAsk(InputSignal):
-    """An unaskable call's signal: the first ``set`` cancels the call (once), nothing ever waits on it.
-    Made per call: two slots set in one small ``__init__``, where ``InputSignal(functools.partial(...))``
-    built a partial, a list and an ``InputSignal`` (~3k instructions)."""
-
-    __slots__ = ("_conn", "_pending")
-
-    def __init__(self, conn: BackendConnection, pending: Pending) -> None:  # (no super().__init__: no waiters)
-        self._conn = conn
-        self._pending = pending
-        self.interrupted = False
-
-    def set(self) -> None:
-        if not self.interrupted:
-            self.interrupted = True
-            self._conn.cancel(self._pending, _UNASKABLE)
-
-    def waiter(self) -> asyncio.Future[None]:
-        # Only a call whose client can be asked waits for input (_await_or_park, on its own exchange
-        # session): a waiter here would never be woken, so asking for one is a bug, said at once.
-        raise RuntimeError("an unaskable call's input signal has no waiters")
-
-
 class EraBridge:
     def __init__(self, parking: Parking, limits: Limits) -> None:
         self._parking = parking
         self._limits = limits
+
+    # The -32021 a call ends with when its backend asks the client for what it did not declare.
+    missing_capabilities = staticmethod(_missing_capabilities)
 
     # ---- toward a modern client --------------------------------------------------------------
 
@@ -101,7 +80,7 @@ class EraBridge:
         await layer less on every call.)"""
         if (
             conn.era == "modern"
-            or not _ASKABLE.isdisjoint(call.session.client_capabilities)
+            or not ASKABLE.isdisjoint(call.session.client_capabilities)
             or (params is not None and ("requestState" in params or "inputResponses" in params))
         ):
             return self._through_mrtr(call, backend, conn, params, stream_sink)
@@ -121,7 +100,7 @@ class EraBridge:
         session, event = call.session, call.event
         rpc_id, method = event.rpc_id, event.method or ""
         pending = begin_call(session, rpc_id, conn, method, params or None, call.channel, stream_sink)
-        signal = session.input_ready = _CancelOnAsk(conn, pending)
+        signal = session.input_ready = CancelOnAsk(conn, pending)
         try:
             response = await conn.call(pending)
         finally:

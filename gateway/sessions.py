@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from adapters import codecs
 from adapters.codecs import ClientCodec
-from adapters.mcp import LOG_LEVELS
+from adapters.mcp import CLIENT_CAPABILITY_OF, LOG_LEVELS
 from gateway import jsonrpc
 from gateway.channels import Channel
 from gateway.config import Limits
@@ -96,6 +96,35 @@ class InputSignal:
             self._waiting.remove(future)
 
 
+# The client capabilities a backend's request for input needs: a modern client that declared none of
+# them is never asked (gateway/eras.py, gateway/routing/forwarding.py).
+ASKABLE = frozenset(CLIENT_CAPABILITY_OF.values())
+UNASKABLE = "the client lacks a capability this request needs"
+
+
+class CancelOnAsk(InputSignal):
+    """An unaskable call's signal: the first ``set`` cancels the call (once), nothing ever waits on it.
+    Made per call: two slots set in one small ``__init__``, where ``InputSignal(functools.partial(...))``
+    built a partial, a list and an ``InputSignal`` (~3k instructions)."""
+
+    __slots__ = ("_conn", "_pending")
+
+    def __init__(self, conn: BackendConnection, pending: Pending) -> None:  # (no super().__init__: no waiters)
+        self._conn = conn
+        self._pending = pending
+        self.interrupted = False
+
+    def set(self) -> None:
+        if not self.interrupted:
+            self.interrupted = True
+            self._conn.cancel(self._pending, UNASKABLE)
+
+    def waiter(self) -> asyncio.Future[None]:
+        # Only a call whose client can be asked waits for input (eras._await_or_park, on its own exchange
+        # session): a waiter here would never be woken, so asking for one is a bug, said at once.
+        raise RuntimeError("an unaskable call's input signal has no waiters")
+
+
 class ClientSession:
     # Slots: one per session (10,000 idle ones in one process is a target, issue 15); an instance
     # dict of this many attributes cost about 1.6 KB each.
@@ -104,7 +133,7 @@ class ClientSession:
         "_out_ids",
         "_short",
         "_standalone",
-        "_stream_ids",
+        "_stream_seq",
         "client_capabilities",
         "client_info",
         "closed",
@@ -166,7 +195,7 @@ class ClientSession:
         # An MCPC client's handshake (None: its calls are held until their tasks end; gateway/mcpc/).
         self.mcpc: McpcClient | None = None
         self._short = session_id[:8]
-        self._stream_ids = itertools.count(1)
+        self._stream_seq = 0  # the last stream number given (an int: no counter object per session)
         self._out_ids: itertools.count[int] | None = None  # made when the client is first asked something
         self._standalone: Channel | None = Channel(f"{self._short}-0", limits.session_queue, limits.sse_replay_events)
         # Many replicas (gateway/replicas/): whether this replica opened it.
@@ -220,7 +249,7 @@ class ClientSession:
         session.missing_capabilities = []
         session.mcpl = session.mgp = session.mcpc = None
         session._short = short
-        session._stream_ids = itertools.count(1)
+        session._stream_seq = 0
         session._out_ids = None
         session._standalone = None  # made when first used: an exchange has a stream of its own
         session.created_here = True
@@ -248,8 +277,9 @@ class ClientSession:
     def new_stream(self, resumable: bool = True) -> Channel:
         """A channel for one request's answer. ``resumable`` ones can be found again by a GET with
         ``Last-Event-ID``; a front door registers a stream only once it actually streams."""
+        self._stream_seq = seq = self._stream_seq + 1
         channel = Channel(
-            f"{self._short}-{next(self._stream_ids)}",
+            f"{self._short}-{seq}",
             self.limits.session_queue,
             self.limits.sse_replay_events,
         )

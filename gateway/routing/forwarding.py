@@ -35,6 +35,7 @@ from gateway.channels import Channel
 from gateway.federation import rewrite_result
 from gateway.routing.call import Call, CallSink, PolicyDenied, Routed
 from gateway.routing.catalog import STARTUP_GRACE_S
+from gateway.sessions import ASKABLE, CancelOnAsk
 from gateway.telemetry.conventions import error_type_of, error_type_of_exception
 from gateway.upstreams.principal_pool import PoolRefused
 
@@ -101,7 +102,9 @@ def finish(
         result = response["result"]
         if session.mgp is None:  # a plain MCP client never sees a backend's MGP fields (issue 12)
             result = mgp_strip.strip_result(result)
-        result = session.codec.result(result)
+        codec = session.codec
+        if not codec.modern:  # a modern client keeps every field: no call to ask the codec
+            result = codec.result(result)
         namer = session.view.namer
         if namer.prefixed:  # only a prefixing view renames what a result names
             result = rewrite_result(namer, backend, method, result)
@@ -212,8 +215,15 @@ class Forwarder:
         mcpc = self._mcpc
         if mcpc is not None and method == "tools/call" and params is not None and mcpc.involved(call, backend):
             return self._forward_mcpc(call, backend, params, conn, method, stream, mcpc)
-        if stream is None and self._tracing is None and call.session.codec.asks_mid_request:
-            return self._legacy(call, conn, backend, method, params, None, True)  # timed there: no wrapper
+        if stream is None and self._tracing is None:
+            if not session.codec.modern:  # (codec.asks_mid_request, read without its property)
+                return self._legacy(call, conn, backend, method, params, None, True)  # timed there: no wrapper
+            if (
+                conn.era != "modern"
+                and ASKABLE.isdisjoint(session.client_capabilities)
+                and (params is None or ("requestState" not in params and "inputResponses" not in params))
+            ):
+                return self._unaskable(call, conn, backend, method, params)  # the era bridge's case, timed there
         return self._exchange(call, conn, backend, method, params, stream, None)
 
     async def _forward_mcpc(
@@ -329,11 +339,42 @@ class Forwarder:
     ) -> Awaitable[dict[str, Any]]:
         """The call's exchange with its backend, in the client's era (not a coroutine of its own: one
         await layer less on every call)."""
-        if call.session.codec.asks_mid_request:
+        if not call.session.codec.modern:  # (codec.asks_mid_request, read without its property)
             return self._legacy(call, conn, backend, method, params, sink)
         # A modern client's call goes through the era bridge (its exchange answers on an SSE stream
         # as soon as something, such as an MGP chunk, precedes the result).
         return self._eras.for_modern_client(call, backend, conn, params, sink)
+
+    async def _unaskable(
+        self, call: Call, conn: BackendConnection, backend: str, method: str, params: dict[str, Any] | None
+    ) -> Routed:
+        """A new call of a modern client that can never be asked, to a legacy backend, with no stream,
+        task or span: ``EraBridge.for_modern_client``'s unaskable case and :meth:`_exchange`'s timing
+        in one coroutine (two await layers less per call). A backend's request that needs a capability
+        the client lacks ends the call at once (the backend is told it is cancelled) with -32021."""
+        started = time.perf_counter()
+        error_type = "cancelled"
+        try:
+            session, rpc_id = call.session, call.event.rpc_id
+            pending = conn.begin(method, params or None, CallSink(session, call.channel))
+            inflight = session.inflight
+            inflight[rpc_id] = (conn, pending)
+            signal = session.input_ready = CancelOnAsk(conn, pending)
+            try:
+                response = await conn.call(pending)
+            finally:
+                session.input_ready = None
+                inflight.pop(rpc_id, None)
+            if signal.interrupted:
+                raise self._eras.missing_capabilities(session)
+            answer = finish(session, rpc_id, backend, method, response)
+            error_type = error_type_of(answer)
+        except BaseException as exc:
+            error_type = error_type_of_exception(exc)
+            raise
+        finally:
+            self._observe(method, backend, error_type, started)
+        return Routed(answer, backend, error_type)
 
     @overload
     async def _legacy(

@@ -59,6 +59,7 @@ _IS_PARAM_HEADER = operator.methodcaller("startswith", mcp_modern.PARAM_HEADER_P
 # being remembered once it is full, and are then checked one by one.
 _PLAIN_NAMES: set[bytes] = set()
 _PLAIN_NAMES_MAX = 256
+_all_plain = _PLAIN_NAMES.issuperset  # (the set's own test: cheaper than ``headers.keys() <= _PLAIN_NAMES``)
 # A tool's declared Mcp-Param-* headers (mcp_modern.param_header_paths and its cache, read inline by handle).
 _PATHS_CACHE = mcp_modern.PATHS_CACHE
 _paths = mcp_modern.param_header_paths
@@ -66,7 +67,7 @@ _paths = mcp_modern.param_header_paths
 
 def _sends_param_headers(headers: dict[bytes, bytes]) -> bool:
     """Whether any of the request's headers is an ``Mcp-Param-*`` one."""
-    if headers.keys() <= _PLAIN_NAMES:
+    if _all_plain(headers):
         return False
     found = False
     for name in headers:
@@ -96,6 +97,13 @@ def _finish_call(response: dict[str, Any]) -> tuple[int, dict[str, Any]]:
 
 
 _FINISH_CALL = _finish_call
+# What handle reads per request, as module globals (one lookup each; ``Shape.REQUEST`` also skips the
+# enum metaclass's ``__getattr__`` hook).
+_REQUEST = jsonrpc.Shape.REQUEST
+_read_common = mcp_modern.read_common
+_new_exchange = ClientSession.exchange
+_MODERN = codecs.MODERN
+_only_envelope = mcp_modern.ENVELOPE_KEYS.issuperset
 
 
 def _reject(send: Send, exc: mcp_modern.ModernRejection, rpc_id: Any) -> Awaitable[None]:
@@ -172,7 +180,7 @@ class ModernExchange:
         Returns what answers it, to be awaited: the checks are synchronous, and a request that
         passes them is ``run``'s coroutine itself, so the exchange holds no frame of this method
         while it runs (every wake-up of the call would pass through it)."""
-        if shape is not jsonrpc.Shape.REQUEST:
+        if shape is not _REQUEST:
             # The modern era defines no client-to-server notifications or responses on this wire.
             return send_bytes(send, 202, b"")
         rpc_id = message["id"]
@@ -186,7 +194,7 @@ class ModernExchange:
             return send_unauthorized(send, scope, exc.reason, exc.error, rpc_id)
         # Only the few headers this era reads are decoded.
         mcp_method, mcp_name = headers.get(b"mcp-method"), headers.get(b"mcp-name")
-        envelope = mcp_modern.read_common(message, version, mcp_method, mcp_name)
+        envelope = _read_common(message, version, mcp_method, mcp_name)
         method = message["method"]
         if envelope is None:  # not the common shape (a named tools/call, prompts/get or resources/read)
             try:
@@ -202,7 +210,7 @@ class ModernExchange:
                 return send_rpc_error(send, 404, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}", rpc_id)
         # A session for this one exchange: the client's envelope stands in for initialize.
         version, capabilities, client_info, log_level = envelope  # (a call with *envelope is not specialized)
-        session = ClientSession.exchange(
+        session = _new_exchange(
             TRANSPORT,
             view,
             self._desk.principal_of(credentials),
@@ -212,7 +220,7 @@ class ModernExchange:
             capabilities,
             client_info,
             log_level,
-            codecs.MODERN,
+            _MODERN,
         )
         if capabilities.get("extensions"):
             self._mgp.adopt(session)  # MGP §2.6: this request's client capabilities may declare it
@@ -234,7 +242,7 @@ class ModernExchange:
                 cached = _PATHS_CACHE.get(id(schema))
                 declared = cached[1] if cached is not None and cached[0] is schema else _paths(schema)
             # The common case, without a call: no Mcp-Param-* header sent, none declared by the tool.
-            if (not headers.keys() <= _PLAIN_NAMES and _sends_param_headers(headers)) or declared:
+            if (not _all_plain(headers) and _sends_param_headers(headers)) or declared:
                 try:
                     _check_param_headers(merged, headers, message)
                 except mcp_modern.ModernRejection as exc:
@@ -245,7 +253,7 @@ class ModernExchange:
         # The envelope was read into the session; routing and backends go without it (detach_envelope,
         # inline for the common case: nothing in _meta but the envelope).
         params = message["params"]
-        if mcp_modern.ENVELOPE_KEYS.issuperset(params["_meta"]):
+        if _only_envelope(params["_meta"]):
             del params["_meta"]
         else:
             mcp_modern.detach_envelope(message)
