@@ -6,9 +6,10 @@ no task, coroutine or ``Response`` is made for the common answers:
 
 - ``application/json`` (or any answer that is no stream): the body is gathered and handled at its
   end by :meth:`HttpCarrier._answer`, the connection back to the pool first;
-- ``text/event-stream`` (what the official SDKs answer by default): each event is parsed as its
-  bytes arrive and relayed at once (progress, logs and server requests related to the call reach
-  the client while the call runs, never held until its end); the response event is the call's
+- ``text/event-stream`` (what the official SDKs answer by default): the events of each read are
+  parsed once the read is (``after_read``: every chunk of the read at once) and relayed at once
+  (progress, logs and server requests related to the call reach the client while the call runs,
+  never held until its end); the response event is the call's
   answer; what follows it on the same stream is still read and relayed, for at most ``DRAIN_S``,
   and the connection goes back to the pool when the stream ends (closed if it never does).
 
