@@ -513,8 +513,7 @@ class ConnectionPool:
                 return None
             conn = found
         conn.response = exchange
-        conn.content_type = b""
-        conn.body.clear()
+        conn.content_type = b""  # (its body list is empty: every exchange that ends with it reusable took its pieces)
         assert conn.transport is not None
         batch = self._batch
         if batch is None:
