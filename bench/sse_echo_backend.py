@@ -12,7 +12,9 @@ Run: ``.venv/bin/python bench/sse_echo_backend.py --port 8766``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,11 @@ _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no
 
 
 class SseEchoApp(EchoApp):
+    #: seconds each call waits (asyncio.sleep) and spins (busy loop) before answering: a slower server's
+    #: idle time and its CPU time, to tell apart what each costs a gateway in front of it at c=1
+    sleep_s = 0.0
+    spin_s = 0.0
+
     async def _post(self, scope: Scope, receive: Receive, send: Send, session_id: bytes | None) -> None:
         body = await read_body(receive)
         try:
@@ -39,6 +46,12 @@ class SseEchoApp(EchoApp):
             await self._respond(send, 404, b"")
             return
         reply = handle_message(msg)
+        if self.sleep_s:
+            await asyncio.sleep(self.sleep_s)
+        if self.spin_s:
+            end = time.perf_counter() + self.spin_s
+            while time.perf_counter() < end:
+                pass
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
         await send(
             {
@@ -62,8 +75,13 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8766)
     parser.add_argument("--path", default="/mcp")
+    parser.add_argument("--sleep-ms", type=float, default=0.0, help="wait this long before each answer")
+    parser.add_argument("--spin-ms", type=float, default=0.0, help="busy this long (CPU) before each answer")
     args = parser.parse_args()
     import uvicorn
+
+    SseEchoApp.sleep_s = args.sleep_ms / 1000
+    SseEchoApp.spin_s = args.spin_ms / 1000
 
     uvicorn.run(
         SseEchoApp(args.path),

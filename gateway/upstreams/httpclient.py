@@ -51,9 +51,11 @@ class Exchange(Protocol):
     """Who hears the parser's events of one response (a :class:`Response`, or a caller's own).
 
     ``received_any`` is set by the connection when the first bytes of the answer arrive. The headers go
-    to :meth:`on_header` only on :meth:`_Connection.start`'s exchanges; a :meth:`ConnectionPool.try_start`
-    exchange reads the one it needs, ``content_type``, from its connection at :meth:`on_headers_complete`
-    (a Python call less per header line)."""
+    to :meth:`on_header` and the body to :meth:`on_body` only on :meth:`_Connection.start`'s exchanges. A
+    :meth:`ConnectionPool.try_start` exchange has its connection's quick parser: its connection keeps the
+    one header it needs, ``content_type``, and its body pieces go into the connection's ``body`` list by a
+    C-level call; it reads ``content_type`` at :meth:`on_headers_complete`, and the body pieces after each
+    read (``after_read``) or at :meth:`on_message_complete`."""
 
     received_any: bool
 
@@ -64,10 +66,24 @@ class Exchange(Protocol):
     def fail(self, exc: Exception) -> None: ...
 
 
-class Armed(Protocol):
-    """An exchange that asked to hear when the read that fed its parser is done (``_Connection.armed``)."""
+class AfterRead(Protocol):
+    """An exchange that hears when each read that fed its parser is done (``_Connection.after_read``)."""
 
-    def arm_drain(self) -> None: ...
+    def after_read(self) -> None: ...
+
+
+class _QuickCallbacks:
+    """The callbacks of a connection's quick parser (:meth:`ConnectionPool.try_start`'s exchanges): the body
+    pieces go into the connection's list by a C-level call, not a Python call per chunk relayed to the
+    exchange (httptools takes each callback once, when the parser is made)."""
+
+    __slots__ = ("on_body", "on_header", "on_headers_complete", "on_message_complete")
+
+    def __init__(self, conn: _Connection) -> None:
+        self.on_header = conn.quick_header
+        self.on_body = conn.body.append
+        self.on_headers_complete = conn.quick_headers_complete
+        self.on_message_complete = conn.quick_message_complete
 
 
 class _Slots:
@@ -109,20 +125,35 @@ class _Slots:
 class _Connection(asyncio.Protocol):
     """One TCP connection; serves one exchange at a time."""
 
-    __slots__ = ("_parser", "armed", "closed", "content_type", "relay_headers", "response", "transport")
+    __slots__ = (
+        "_parser",
+        "_quick",
+        "after_read",
+        "body",
+        "closed",
+        "content_type",
+        "relay_headers",
+        "response",
+        "transport",
+    )
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.response: Exchange | None = None
-        self.relay_headers = False  # every header to the exchange (start()'s), else only content_type kept
-        self.content_type = b""  # of the response being read, when headers are not relayed
-        # An exchange to tell once the parser has had this read (gateway/upstreams/quick.py: its drain
-        # deadline, needed only when the stream's end was not in the same read as its answer).
-        self.armed: Armed | None = None
-        # One parser per connection: it resets itself between kept-alive responses, and its
-        # callbacks land here and go on to the exchange in progress.
+        self.relay_headers = False  # start()'s exchange: the relaying parser, else the quick one
+        # A quick exchange's response (try_start): its Content-Type, its body pieces not yet taken.
+        self.content_type = b""
+        self.body: list[bytes] = []
+        # An exchange to tell each time the parser has had a read (gateway/upstreams/quick.py: a stream's
+        # events, parsed once per read, and its drain deadline); cleared when the exchange ends.
+        self.after_read: AfterRead | None = None
+        # Two parsers per connection, each resetting itself between kept-alive responses; an exchange
+        # starts only once the previous response ended, so whichever parses it starts afresh. The
+        # relaying one's callbacks land here and go on to start()'s exchange; the quick one keeps
+        # ``content_type`` and fills ``body`` without a Python call per chunk.
         self._parser = httptools.HttpResponseParser(self)
+        self._quick = httptools.HttpResponseParser(_QuickCallbacks(self))
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -137,15 +168,14 @@ class _Connection(asyncio.Protocol):
             return
         response.received_any = True
         try:
-            self._parser.feed_data(data)
+            (self._parser if self.relay_headers else self._quick).feed_data(data)
         except httptools.HttpParserError as exc:
             if self.response is not None:  # a callback may have ended the exchange already
                 self.response.fail(HttpError(f"malformed HTTP response: {exc}"))
             self.close()
-        armed = self.armed
-        if armed is not None:
-            self.armed = None
-            armed.arm_drain()
+        after = self.after_read
+        if after is not None:
+            after.after_read()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -161,14 +191,11 @@ class _Connection(asyncio.Protocol):
     def resume_writing(self) -> None:
         pass
 
-    # -- httptools callbacks, relayed to the current exchange (no on_message_begin: data_received
-    # marks the exchange's received_any, a Python call less per response)
+    # -- the relaying parser's callbacks, relayed to start()'s exchange (no on_message_begin:
+    # data_received marks the exchange's received_any, a Python call less per response)
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self.relay_headers:
-            if self.response is not None:
-                self.response.on_header(name, value)
-        elif len(name) == 12 and name.lower() == b"content-type":
-            self.content_type = value
+        if self.response is not None:
+            self.response.on_header(name, value)
 
     def on_headers_complete(self) -> None:
         if self.response is not None:
@@ -182,6 +209,19 @@ class _Connection(asyncio.Protocol):
         if self.response is not None:
             # httptools forgets keep-alive once the message is done, so it is read here.
             self.response.on_message_complete(self._parser.should_keep_alive())
+
+    # -- the quick parser's own callbacks (the others are _QuickCallbacks' C-level ones)
+    def quick_header(self, name: bytes, value: bytes) -> None:
+        if len(name) == 12 and name.lower() == b"content-type":
+            self.content_type = value
+
+    def quick_headers_complete(self) -> None:
+        if self.response is not None:
+            self.response.on_headers_complete(self._quick.get_status_code())
+
+    def quick_message_complete(self) -> None:
+        if self.response is not None:
+            self.response.on_message_complete(self._quick.should_keep_alive())
 
     # -- exchange
     def start(self, response: Exchange) -> None:
@@ -473,7 +513,7 @@ class ConnectionPool:
                 return None
             conn = found
         conn.response = exchange
-        conn.content_type = b""
+        conn.content_type = b""  # (its body list is empty: every exchange that ends with it reusable took its pieces)
         assert conn.transport is not None
         batch = self._batch
         if batch is None:
@@ -484,6 +524,7 @@ class ConnectionPool:
     def release(self, conn: _Connection, reusable: bool) -> None:
         """The end of a :meth:`try_start` exchange: the connection back to the pool (or closed)."""
         conn.response = None
+        conn.after_read = None
         if reusable and not conn.closed and not self._closed:  # _release, inline for the common case
             self._idle.append(conn)
             slots = self._slots
@@ -497,6 +538,7 @@ class ConnectionPool:
     def abandon(self, conn: _Connection) -> None:
         """A :meth:`try_start` exchange that will not be read to its end: its connection is closed."""
         conn.response = None
+        conn.after_read = None
         conn.close()
         self._release(conn, False)
 

@@ -6,9 +6,10 @@ no task, coroutine or ``Response`` is made for the common answers:
 
 - ``application/json`` (or any answer that is no stream): the body is gathered and handled at its
   end by :meth:`HttpCarrier._answer`, the connection back to the pool first;
-- ``text/event-stream`` (what the official SDKs answer by default): each event is parsed as its
-  bytes arrive and relayed at once (progress, logs and server requests related to the call reach
-  the client while the call runs, never held until its end); the response event is the call's
+- ``text/event-stream`` (what the official SDKs answer by default): the events of each read are
+  parsed once the read is (``after_read``: every chunk of the read at once) and relayed at once
+  (progress, logs and server requests related to the call reach the client while the call runs,
+  never held until its end); the response event is the call's
   answer; what follows it on the same stream is still read and relayed, for at most ``DRAIN_S``,
   and the connection goes back to the pool when the stream ends (closed if it never does).
 
@@ -50,7 +51,6 @@ class QuickExchange:
     __slots__ = (
         "_answered",
         "_carrier",
-        "_chunks",
         "_drain_key",
         "_last_id",
         "_pool",
@@ -73,7 +73,6 @@ class QuickExchange:
         self.headers = headers
         self.conn: _Connection | None = None
         self.task: asyncio.Task[None] | None = None
-        self._chunks: list[bytes] = []
         self._status = 0
         self.received_any = False  # set by the connection at the answer's first bytes
         self._sse: SSEParser | None = None  # set at the headers of a stream
@@ -97,7 +96,10 @@ class QuickExchange:
 
     # -- the parser's events
     def on_header(self, name: bytes, value: bytes) -> None:
-        """Not called: the connection keeps the one header needed, ``content_type`` (try_start's exchange)."""
+        """Not called: the connection's quick parser keeps the header lines (try_start's exchange)."""
+
+    def on_body(self, body: bytes) -> None:
+        """Not called: the connection's quick parser keeps the body pieces (try_start's exchange)."""
 
     def on_headers_complete(self, status: int) -> None:
         self._status = status
@@ -105,15 +107,31 @@ class QuickExchange:
         if status < 400 and conn is not None and conn.content_type.startswith(b"text/event-stream"):
             self._carrier.last_status = status
             self._sse = SSEParser(self._carrier._max)
+            conn.after_read = self  # the events of each read, parsed once it is whole
 
-    def on_body(self, body: bytes) -> None:
-        parser = self._sse
-        if parser is None:
-            self._chunks.append(body)
-            return
+    def after_read(self) -> None:
+        """A read of the stream was parsed: its events (every chunk of the read at once) are handled now,
+        before the loop runs anything else, as they would be chunk by chunk."""
         conn = self.conn
         if conn is None:
             return
+        pieces = conn.body
+        if pieces:
+            body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            pieces.clear()
+            self._events(conn, body)
+        if self._answered and self._drain_key is None and self.conn is not None:
+            # The rest of an answered stream is still to come (the stream did not end in this read: the
+            # common answer, whose end comes in the same read, never enters the drain deadlines at all);
+            # it may take at most DRAIN_S. A timer slice shared with the other drains
+            # (gateway/upstreams/deadlines.py), not a timer of its own: arming and cancelling one per call
+            # cost more than the parsing.
+            self._drain_key = self._carrier._drains.add(DRAIN_S, self)
+
+    def _events(self, conn: _Connection, body: bytes) -> None:
+        """A stream's bytes: each complete event relayed, the response the call's answer."""
+        parser = self._sse
+        assert parser is not None
         carrier = self._carrier
         rpc_id = self.message["id"]
         try:
@@ -145,43 +163,39 @@ class QuickExchange:
                 if answers:
                     self._answered = True  # only once delivered: a failure before fails the call below
         except Exception:
-            # Inside the parser's callback nobody else would hear of it (and the caller would wait
+            # Inside the connection's callback nobody else would hear of it (and the caller would wait
             # for its deadline): the call fails now, as it would have where send() is awaited.
             log.exception("backend %s: relaying a stream's event failed", carrier._name)
             self._stream_failed(jsonrpc.INTERNAL_ERROR, f"backend {carrier._name}: answer not handled")
-            return
-        if self._answered and self._drain_key is None:
-            # The drain's deadline is armed once the connection has fed this read to the parser
-            # (arm_drain), and only if the stream did not end in it: the common answer, whose end
-            # comes in the same read, never enters the drain deadlines at all.
-            conn.armed = self
-
-    def arm_drain(self) -> None:
-        """The rest of an answered stream is still to come: it may take at most DRAIN_S."""
-        if self.conn is not None and self._drain_key is None:
-            # A timer slice shared with the other drains (gateway/upstreams/deadlines.py), not a
-            # timer of its own: arming and cancelling one per call cost more than the parsing.
-            self._drain_key = self._carrier._drains.add(DRAIN_S, self)
 
     def on_message_complete(self, keep_alive: bool) -> None:
         conn = self.conn
         if conn is None:
             return
-        self.conn = None
-        conn.armed = None  # the stream ended in the read that answered it: nothing to drain
-        self._pool.release(conn, keep_alive)
-        carrier = self._carrier
+        pieces = conn.body
         if self._sse is not None:
+            if pieces:  # the last events, in the read that ends the stream
+                body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+                pieces.clear()
+                self._events(conn, body)
+                if self.conn is None:
+                    return  # the stream failed on them: its connection is closed
+            self.conn = None
+            self._pool.release(conn, keep_alive)
             self._end_drain()
             if not self._answered:
-                carrier._quick_resume(self, self._last_id, self._retry_ms)
+                self._carrier._quick_resume(self, self._last_id, self._retry_ms)
             return
-        chunks = self._chunks
+        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        pieces.clear()
+        self.conn = None
+        self._pool.release(conn, keep_alive)
+        carrier = self._carrier
         carrier.last_status = self._status
         try:
-            carrier._answer(self.message, self._status, chunks[0] if len(chunks) == 1 else b"".join(chunks))
+            carrier._answer(self.message, self._status, data)
         except Exception:
-            # As in on_body: the call fails now rather than at its deadline.
+            # As in _events: the call fails now rather than at its deadline.
             log.exception("backend %s: handling an answer failed", carrier._name)
             carrier._fail(self.message["id"], jsonrpc.INTERNAL_ERROR, f"backend {carrier._name}: answer not handled")
 
