@@ -24,10 +24,10 @@ import adapters
 from adapters import codecs, mcp as mcp_adapter, mcp_draft, mcpl as mcpl_adapter
 from adapters.mcp import LOG_LEVELS
 from adapters.mcpc import handshake as mcpc_handshake, metadata as mcpc_metadata
-from adapters.mgp import names as mgp_names
 from gateway import jsonrpc
 from gateway.events import Dialect, action_of
 from gateway.federation import LIST_METHODS, ListKind, View
+from gateway.routing.addressed_calls import AddressedCalls
 from gateway.routing.call import Call, Handler, PolicyDenied, Routed
 from gateway.routing.subscribe_calls import SubscribeCalls
 from gateway.telemetry.conventions import error_type_of
@@ -108,6 +108,7 @@ class Router:
         self._chain = chain
         self._catalog = catalog
         subscribe_calls = SubscribeCalls(catalog, subscriptions, forwarder)
+        addressed = AddressedCalls(catalog, forwarder)
         self._forwarder = forwarder
         self._client = client_messages
         self._levels = levels
@@ -131,13 +132,13 @@ class Router:
             "resources/templates/list": self._list,
             "tools/call": self._named_call,
             "prompts/get": self._named_call,
-            "resources/read": self._uri_call,
+            "resources/read": addressed.uri_call,
             "resources/subscribe": subscribe_calls.subscribe,
             "resources/unsubscribe": subscribe_calls.unsubscribe,
-            "completion/complete": self._complete,
+            "completion/complete": addressed.complete,
             **dict.fromkeys(mcpl_adapter.HOST_REQUESTS, self._mcpl_request),
         }
-        self._untouched: Handler = self._passthrough  # bound once: _handle's default, not a bound method per call
+        self._untouched: Handler = addressed.passthrough  # bound once: _handle's default, not a bound method per call
 
     def register(self, method: str, handler: Handler) -> None:
         """Let a dialect answer ``method`` itself (e.g. MGP's ``mgp/access/*``): the request still
@@ -480,49 +481,6 @@ class Router:
     ) -> Routed:
         """:meth:`_named_call` once a dispatch member that must be awaited has decided."""
         return await self._named_call(call, resolved, item, True, await decided)
-
-    async def _uri_call(self, call: Call) -> Routed:
-        backend, original = await self._catalog.resolve_uri(call.session.view, call.params.get("uri"), call.principal)
-        return await self._forwarder.forward(call, backend, {**call.params, "uri": original})
-
-    async def _complete(self, call: Call) -> Routed:
-        view = call.session.view
-        ref = call.params.get("ref")
-        if not isinstance(ref, dict):
-            raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "params.ref must be an object")
-        if ref.get("type") == "ref/prompt":
-            backend, original = await self._catalog.resolve_name(view, "prompts", ref.get("name"), call.principal)
-            new_ref = {**ref, "name": original}
-            guard = view.guard
-            denied = guard.reaches(call.principal, "completion/complete", backend, original) if guard else None
-            if denied is not None:
-                raise PolicyDenied(denied, backend)
-        elif ref.get("type") == "ref/resource":
-            backend, original = await self._catalog.resolve_uri(view, ref.get("uri"), call.principal)
-            new_ref = {**ref, "uri": original}
-        else:
-            raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, f"Unknown ref type {ref.get('type')!r}")
-        return await self._forwarder.forward(call, backend, {**call.params, "ref": new_ref})
-
-    async def _passthrough(self, call: Call) -> Routed:
-        """A method the gateway does not interpret goes, untouched, to the one backend that can take it."""
-        view = call.session.view
-        backends = view.backends
-        if view.curated:
-            # A virtual server offers what its lists show, nothing passed through untouched.
-            raise jsonrpc.RpcError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {call.event.method}")
-        if mgp_names.is_mgp_method(call.event.method):
-            # MGP toward a backend is the kernel's (grants, callbacks, shutdown): a client's MGP
-            # request is answered by the gateway's MGP server or not at all, never relayed.
-            raise jsonrpc.RpcError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {call.event.method}")
-        if len(backends) != 1:
-            raise jsonrpc.RpcError(
-                jsonrpc.METHOD_NOT_FOUND,
-                f"Method not found: {call.event.method} (not routable across {len(backends)} backends; "
-                "use /servers/NAME/mcp to reach one backend directly)",
-            )
-        params = call.event.payload.get("params")
-        return await self._forwarder.forward(call, backends[0], params if isinstance(params, dict) else None)
 
 
 async def _ready(routed: Routed) -> Routed:
