@@ -194,33 +194,12 @@ class AuditLog:
                 rec["reason"] = reason
             if result:
                 rec["result"] = result
-            # _emit, inlined (every request passes here): the same steps in the same order.
-            counted = self._counted.get(outcome)
-            if counted is None:
-                counted = self._counted[outcome] = self._metrics.audit_records.cell((outcome,))
-            counted[0] += 1
-            if self._queue is not None:
-                if self._closed:
-                    self._dropped(1)
-                else:
-                    self._pending.append(orjson.dumps(rec, default=str, option=_DUMPS_OPTIONS))
-                    if len(self._pending) == 1:
-                        self._hand_off_later()
-            listeners = self._listeners
-            if listeners:
-                if len(listeners) == 1:
-                    try:
-                        listeners[0](rec)
-                    except Exception:
-                        self._listener_failed(listeners[0])
-                else:
-                    self._notify(rec)
+            self._emit(outcome, rec)
         except Exception:
             if self._throttle.ready("record"):
                 log.exception("audit record (outcome %r) could not be emitted", outcome)
 
     def _emit(self, outcome: str, rec: AuditRecord) -> None:
-        # record_request holds an inlined copy of these steps: a change here goes there too.
         counted = self._counted.get(outcome)
         if counted is None:  # the counter's live cell for this outcome (a few words: kept)
             counted = self._counted[outcome] = self._metrics.audit_records.cell((outcome,))
