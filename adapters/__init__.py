@@ -6,7 +6,7 @@
 Invariant of ``annotate``'s fast path: a plain ``tools/call`` (no key any extension reads in its
 params or arguments, no trace id on the message) gets no facet and no trace id from any annotator,
 so it is answered by one test of keys present; anything else goes through every annotator.
-``decode`` is ``annotate(mcp.decode(...))`` with that test inlined (the router's entry, per message).
+``decode`` is ``annotate(mcp.decode(...))`` with a plain call's event made in place (the router's entry).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ _ANNOTATORS = tuple(module.annotate for module in _EXTENSIONS)
 _MARKED_PARAMS = frozenset({"featureSet", "scope", "_mgp", "trace_id"})
 _SHAPE_KIND = mcp.SHAPE_KIND
 _MCP = Dialect.MCP  # read once: a ``Dialect.X`` read costs about 0.1 µs on Python 3.11
-_NO_META: Any = object()  # no ``_meta`` key (a ``_meta`` of None is not plain: see _plain_call)
 
 
 def detect_dialects(initialize_params: dict[str, Any]) -> frozenset[Dialect]:
@@ -48,7 +47,8 @@ def annotate(event: Event) -> Event:
 
 def decode(message: dict[str, Any], shape: jsonrpc.Shape, session: str | None, principal: str | None) -> Event:
     """``annotate(mcp.decode(message, shape, session=session, principal=principal))``: the same event,
-    with a plain ``tools/call`` made and checked in this one frame (three Python calls fewer per call)."""
+    with a plain ``tools/call``'s event made here (two Python calls fewer per call) and checked by
+    the same ``_plain_call`` as :func:`annotate`'s."""
     params = message.get("params")
     if message.get("method") != "tools/call" or type(params) is not dict:
         event = mcp.decode(message, shape, session=session, principal=principal)
@@ -68,20 +68,8 @@ def decode(message: dict[str, Any], shape: jsonrpc.Shape, session: str | None, p
         principal,
         session,
     )
-    # _plain_call, inlined: a plain call gets nothing from any annotator (module docstring).
-    if (
-        "trace_id" not in message
-        and _MARKED_PARAMS.isdisjoint(params)
-        and type(name) is str
-        and name not in HANDSHAKE_TOOLS
-    ):
-        meta = params.get("_meta", _NO_META)
-        if meta is _NO_META or (type(meta) is dict and "traceparent" not in meta):
-            arguments = params.get("arguments")
-            if arguments is None or (
-                type(arguments) is dict and _MCPC_PARAMS_KEY not in arguments and _MCPC_LEGACY_KEY not in arguments
-            ):
-                return event
+    if _plain_call(message):  # a plain call gets nothing from any annotator (module docstring)
+        return event
     for annotator in _ANNOTATORS:
         annotator(event)
     return event

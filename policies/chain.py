@@ -141,11 +141,6 @@ class PolicyChain:
             )
             for d in Dialect
         }
-        # The same members as (methods, idle, check_now, their index there), for admit_now's walk (no enumerate).
-        self._admission_walk = {
-            d: tuple((m[1], m[2], m[3], index) for index, m in enumerate(members))
-            for d, members in self._admission.items()
-        }
         dispatch = [p for p in self.policies if p.stage == "dispatch"]
         # Per dialect, its dispatch members; and those of them asked when a target carries no facts
         # (members fed only through facts have no opinion then). Order is kept in both.
@@ -160,11 +155,6 @@ class PolicyChain:
         self._dispatch_factless = {
             d: tuple(member for member in members if member[1] is None) for d, members in self._dispatch.items()
         }
-        # The same members as (idle, check_now, their index there), for dispatch_now's walk.
-        self._dispatch_plain = {
-            d: tuple((m[2], m[3], index) for index, m in enumerate(members))
-            for d, members in self._dispatch_factless.items()
-        }
         self.has_dispatch = bool(dispatch)
         self._visibility = tuple(p for p in self.policies if isinstance(p, Visibility))
 
@@ -175,14 +165,15 @@ class PolicyChain:
         """``admit`` without a coroutine while every member asked is idle or answers at once
         (``check_now``): the decision; or, from the first member that must be awaited, a coroutine
         that finishes the walk (the caller awaits it). Same members, same order, same decision."""
+        members = self._admission[event.dialect]
         method = event.method
-        for methods, idle, now, index in self._admission_walk[event.dialect]:
+        for index, (_, methods, idle, now) in enumerate(members):
             if methods is not None and method not in methods:
                 continue  # a member that decides other methods only
             if idle is not None and idle():
                 continue  # nothing to decide now (e.g. no rate limit configured)
             if now is None:
-                return self._admit_rest(event, principal, self._admission[event.dialect], index)
+                return self._admit_rest(event, principal, members, index)
             decision = now(event, principal, None)
             if decision is not None and not decision.allowed:
                 return decision
@@ -209,22 +200,10 @@ class PolicyChain:
     ) -> Decision | Coroutine[Any, Any, Decision]:
         """``dispatch`` without a coroutine while it can (as :meth:`admit_now`)."""
         facts = target.facts
-        if not facts:
-            # The commonest walk (a target without facts), over (idle, check_now, index) triples: no
-            # facts key to test, no enumerate.
-            for idle, now, index in self._dispatch_plain[event.dialect]:
-                if idle is not None and idle():
-                    continue  # nothing to decide now (e.g. an empty access table)
-                if now is None:
-                    members = self._dispatch_factless[event.dialect]
-                    return self._dispatch_rest(event, principal, target, members, index)
-                decision = now(event, principal, target)
-                if decision is not None and not decision.allowed:
-                    return decision
-            return ALLOW
-        members = self._dispatch[event.dialect]
+        # _dispatch_members, inlined (every routed tools/call passes here).
+        members = self._dispatch[event.dialect] if facts else self._dispatch_factless[event.dialect]
         for index, (_, facts_key, idle, now) in enumerate(members):
-            if facts_key is not None and facts_key not in facts:
+            if facts_key is not None and (not facts or facts_key not in facts):
                 continue  # fed only through facts this target does not carry: no opinion
             if idle is not None and idle():
                 continue  # nothing to decide now (e.g. an empty access table)
