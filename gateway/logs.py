@@ -210,17 +210,7 @@ class AccessLines:
 
     def write_text(self, message: str) -> None:
         """A text line (``json`` False), which shows the message alone: no fields to make."""
-        text = _asctime_of(time.time()) + self._prefix + message
-        # self._handoff.hand_over(text), inlined (one line per request).
-        handoff = self._handoff
-        lines = handoff._lines
-        if len(lines) >= QUEUE_SIZE:
-            handoff.dropped += 1
-            return
-        lines.append(text)
-        if not handoff.pending:
-            handoff.pending = True
-            handoff._wake.set()
+        self._handoff.hand_over(_asctime_of(time.time()) + self._prefix + message)
 
     def write(self, message: str, fields: dict[str, Any]) -> None:
         now = time.time()

@@ -444,7 +444,6 @@ class Forwarder:
                 error_type = error_type_of_exception(exc)
             raise
         finally:
-            if timed and self._metrics is not None:  # _observe, inline
-                label = method if method in _METRIC_METHODS else "other"
-                self._metrics.observe_client(label, backend, error_type, time.perf_counter() - started)
+            if timed:
+                self._observe(method, backend, error_type, started)
         return Routed(answer, backend, error_type)
