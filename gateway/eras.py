@@ -17,22 +17,22 @@ be asked something (it declared sampling, elicitation or roots): only then may t
 parked, outliving the exchange. A client that declared none of them is never asked (a backend's
 request to it is refused at once, gateway/routing/backend_events.py), so its call is awaited in the
 exchange's own task, and such a request only interrupts it with -32021, as the parking path does.
-A new such call with no stream, task or span is served by ``Forwarder._unaskable`` (one timed coroutine,
-gateway/routing/forwarding.py), the same way; this bridge serves the others.
+Such a call is served by ``Forwarder._unaskable`` (gateway/routing/forwarding.py; ``never_asks`` tells
+it apart, and with no stream, task or span it is timed there too, one coroutine per call); this bridge
+serves the others.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from adapters import mcp_modern
 from adapters.mcp import CLIENT_CAPABILITY_OF
 from gateway import jsonrpc
 from gateway.routing.call import Call, CallSink
-from gateway.routing.forwarding import begin_call, call_backend, finish
-from gateway.sessions import ASKABLE, CancelOnAsk, InputSignal
+from gateway.routing.forwarding import call_backend, finish
+from gateway.sessions import InputSignal
 
 if TYPE_CHECKING:
     from gateway.channels import Channel
@@ -64,62 +64,22 @@ class EraBridge:
 
     # ---- toward a modern client --------------------------------------------------------------
 
-    def for_modern_client(
+    async def through_mrtr(
         self,
         call: Call,
         backend: str,
         conn: BackendConnection,
         params: dict[str, Any] | None,
-        stream_sink: CallSink | None = None,
-    ) -> Coroutine[Any, Any, dict[str, Any]]:
-        """A modern client: requests for input become ``input_required`` results, never requests.
+        stream_sink: CallSink | None,
+    ) -> dict[str, Any]:
+        """A modern client's call that may need MRTR: to a modern backend (MRTR passes through), the
+        retry of a call that needed input, or a call that may have to be parked (its client can be
+        asked). Requests for input become ``input_required`` results, never requests. (The rest, a
+        new call of a client that can never be asked to a legacy backend, is ``Forwarder._unaskable``'s.)
 
         ``stream_sink``: an MGP streamed call's (§12, gateway/mgp/streaming.py); it then owns the
         call upstream, so chunks and progress reach the exchange's stream under the client's id. A
-        resumed (parked) call keeps the sink it was parked with. (Not a coroutine of its own: one
-        await layer less on every call.)"""
-        if (
-            conn.era == "modern"
-            or not ASKABLE.isdisjoint(call.session.client_capabilities)
-            or (params is not None and ("requestState" in params or "inputResponses" in params))
-        ):
-            return self._through_mrtr(call, backend, conn, params, stream_sink)
-        return self._unaskable(call, backend, conn, params, stream_sink)
-
-    @staticmethod
-    async def _unaskable(
-        call: Call,
-        backend: str,
-        conn: BackendConnection,
-        params: dict[str, Any] | None,
-        stream_sink: CallSink | None,
-    ) -> dict[str, Any]:
-        """A new call of a client that can never be asked, to a legacy backend: awaited in this task.
-        A backend's request that needs a capability the client lacks ends it at once (the backend is
-        told the call is cancelled) and the client gets -32021, as on the parking path."""
-        session, event = call.session, call.event
-        rpc_id, method = event.rpc_id, event.method or ""
-        pending = begin_call(session, rpc_id, conn, method, params or None, call.channel, stream_sink)
-        signal = session.input_ready = CancelOnAsk(conn, pending)
-        try:
-            response = await conn.call(pending)
-        finally:
-            session.input_ready = None
-            session.inflight.pop(rpc_id, None)
-        if signal.interrupted:
-            raise _missing_capabilities(session)
-        return finish(session, rpc_id, backend, method, response)
-
-    async def _through_mrtr(
-        self,
-        call: Call,
-        backend: str,
-        conn: BackendConnection,
-        params: dict[str, Any] | None,
-        stream_sink: CallSink | None,
-    ) -> dict[str, Any]:
-        """A call to a modern backend (MRTR passes through), the retry of a call that needed input,
-        or a call that may have to be parked (its client can be asked)."""
+        resumed (parked) call keeps the sink it was parked with."""
         session, event, channel = call.session, call.event, call.channel
         method = event.method or ""
         parking = self._parking

@@ -74,6 +74,17 @@ def begin_call(
     return pending
 
 
+def never_asks(session: ClientSession, conn: BackendConnection, params: dict[str, Any] | None) -> bool:
+    """Whether a modern client's call is one its client can never be asked for (it declared no sampling,
+    elicitation or roots) toward a legacy backend, and not the retry of a call that needed input: such
+    a call is awaited in the exchange's own task (``Forwarder._unaskable``), never parked (gateway/eras.py)."""
+    return (
+        conn.era != "modern"
+        and ASKABLE.isdisjoint(session.client_capabilities)
+        and (params is None or ("requestState" not in params and "inputResponses" not in params))
+    )
+
+
 async def call_backend(
     session: ClientSession,
     client_id: Any,
@@ -218,12 +229,8 @@ class Forwarder:
         if stream is None and self._tracing is None:
             if not session.codec.modern:  # (codec.asks_mid_request, read without its property)
                 return self._legacy(call, conn, backend, method, params, None, True)  # timed there: no wrapper
-            if (
-                conn.era != "modern"
-                and ASKABLE.isdisjoint(session.client_capabilities)
-                and (params is None or ("requestState" not in params and "inputResponses" not in params))
-            ):
-                return self._unaskable(call, conn, backend, method, params)  # the era bridge's case, timed there
+            if never_asks(session, conn, params):
+                return self._unaskable(call, conn, backend, method, params, None, True)  # timed there: no wrapper
         return self._exchange(call, conn, backend, method, params, stream, None)
 
     async def _forward_mcpc(
@@ -341,22 +348,61 @@ class Forwarder:
         await layer less on every call)."""
         if not call.session.codec.modern:  # (codec.asks_mid_request, read without its property)
             return self._legacy(call, conn, backend, method, params, sink)
-        # A modern client's call goes through the era bridge (its exchange answers on an SSE stream
-        # as soon as something, such as an MGP chunk, precedes the result).
-        return self._eras.for_modern_client(call, backend, conn, params, sink)
+        if never_asks(call.session, conn, params):
+            return self._unaskable(call, conn, backend, method, params, sink)
+        # A modern client that may be asked, or a modern backend: the era bridge's MRTR (its exchange
+        # answers on an SSE stream as soon as something, such as an MGP chunk, precedes the result).
+        return self._eras.through_mrtr(call, backend, conn, params, sink)
+
+    @overload
+    async def _unaskable(
+        self,
+        call: Call,
+        conn: BackendConnection,
+        backend: str,
+        method: str,
+        params: dict[str, Any] | None,
+        sink: CallSink | None = None,
+        timed: Literal[False] = False,
+    ) -> dict[str, Any]: ...
+
+    @overload
+    async def _unaskable(
+        self,
+        call: Call,
+        conn: BackendConnection,
+        backend: str,
+        method: str,
+        params: dict[str, Any] | None,
+        sink: CallSink | None,
+        timed: Literal[True],
+    ) -> Routed: ...
 
     async def _unaskable(
-        self, call: Call, conn: BackendConnection, backend: str, method: str, params: dict[str, Any] | None
-    ) -> Routed:
-        """A new call of a modern client that can never be asked, to a legacy backend, with no stream,
-        task or span: ``EraBridge.for_modern_client``'s unaskable case and :meth:`_exchange`'s timing
-        in one coroutine (two await layers less per call). A backend's request that needs a capability
-        the client lacks ends the call at once (the backend is told it is cancelled) with -32021."""
+        self,
+        call: Call,
+        conn: BackendConnection,
+        backend: str,
+        method: str,
+        params: dict[str, Any] | None,
+        sink: CallSink | None = None,
+        timed: bool = False,
+    ) -> dict[str, Any] | Routed:
+        """A new call of a modern client that can never be asked, to a legacy backend (:func:`never_asks`),
+        awaited in the exchange's own task: its response (``timed``: its :class:`Routed`, the exchange
+        timed here as :meth:`_exchange` does, for a call with no stream, task or span: two await layers
+        less). A backend's request that needs a capability the client lacks ends the call at once (the
+        backend is told it is cancelled) with -32021, as the era bridge's parking path does."""
         started = time.perf_counter()
         error_type = "cancelled"
         try:
             session, rpc_id = call.session, call.event.rpc_id
-            pending = conn.begin(method, params or None, CallSink(session, call.channel))
+            # begin_call, inline (one Python call less on every modern call).
+            if sink is None:
+                pending = conn.begin(method, params or None, CallSink(session, call.channel))
+            else:
+                pending = conn.begin(method, params or None, sink)
+                sink.began(conn, pending)
             inflight = session.inflight
             inflight[rpc_id] = (conn, pending)
             signal = session.input_ready = CancelOnAsk(conn, pending)
@@ -368,12 +414,16 @@ class Forwarder:
             if signal.interrupted:
                 raise self._eras.missing_capabilities(session)
             answer = finish(session, rpc_id, backend, method, response)
+            if not timed:
+                return answer
             error_type = error_type_of(answer)
         except BaseException as exc:
-            error_type = error_type_of_exception(exc)
+            if timed:
+                error_type = error_type_of_exception(exc)
             raise
         finally:
-            self._observe(method, backend, error_type, started)
+            if timed:
+                self._observe(method, backend, error_type, started)
         return Routed(answer, backend, error_type)
 
     @overload

@@ -1,6 +1,9 @@
-"""gateway/eras.py: a modern client that declared no sampling, elicitation or roots is never asked,
-so its call to a legacy backend is awaited in the exchange's own task (no task per call), and a
-backend's request it lacks the capability for ends the call with -32021."""
+"""gateway/eras.py and ``Forwarder._unaskable``: a modern client that declared no sampling, elicitation or
+roots is never asked, so its call to a legacy backend is awaited in the exchange's own task (no task per
+call), and a backend's request it lacks the capability for ends the call with -32021. Here the call goes
+through the general exchange (a span is open, so ``_exchange`` times it and ``_unaskable`` does not); a
+client that can be asked goes through the bridge's MRTR path, whose call may be parked.
+tests/gateway/routing/test_forwarding_unaskable.py has the call that ``_unaskable`` times itself."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from gateway.eras import EraBridge
 from gateway.federation import Namer, View
 from gateway.mrtr import Parking
 from gateway.routing.call import Call
+from gateway.routing.forwarding import Forwarder
 from gateway.sessions import ClientSession
 from policies.auth import Credentials
 from policies.principal import ANONYMOUS_ALL
@@ -69,17 +73,44 @@ def _call(session: ClientSession) -> Call:
     return cast(Call, SimpleNamespace(session=session, event=event, channel=session.new_stream(resumable=False)))
 
 
+class Span:
+    def __init__(self) -> None:
+        self.ended: list[str] = []
+
+    def end(self, error_type: str) -> None:
+        self.ended.append(error_type)
+
+
+class Tracing:
+    """A tracer that opens one span per call: the forwarder then takes the general exchange."""
+
+    def __init__(self) -> None:
+        self.spans: list[Span] = []
+
+    def client(self, backend: str, conn: Any, method: str, params: Any) -> tuple[Span, Any]:
+        self.spans.append(Span())
+        return self.spans[-1], params
+
+
+def _forwarder(bridge: EraBridge, conn: FakeConnection) -> Forwarder:
+    conn.state = "ready"  # type: ignore[attr-defined]
+    load = SimpleNamespace(forward_call=lambda inflight: SimpleNamespace(allowed=True))
+    return Forwarder(
+        {"legacy": cast(Any, conn)}, cast(Any, load), bridge, cast(Any, None), tracing=cast(Any, Tracing())
+    )
+
+
 async def _start(bridge: EraBridge, session: ClientSession, conn: FakeConnection) -> asyncio.Task[dict[str, Any]]:
     params = {"name": "echo", "arguments": {}}
     call = _call(session)
-    task = asyncio.create_task(_run(bridge, call, conn, params))
+    task = asyncio.create_task(_run(_forwarder(bridge, conn), call, params))
     for _ in range(5):
         await asyncio.sleep(0)
     return task
 
 
-async def _run(bridge: EraBridge, call: Call, conn: FakeConnection, params: dict[str, Any]) -> dict[str, Any]:
-    return await bridge.for_modern_client(call, "legacy", conn, params)  # type: ignore[arg-type]
+async def _run(forwarder: Forwarder, call: Call, params: dict[str, Any]) -> dict[str, Any]:
+    return (await forwarder.forward(call, "legacy", params)).response
 
 
 @pytest.fixture
