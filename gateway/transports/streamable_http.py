@@ -1,16 +1,13 @@
 """Streamable HTTP front door (MCP legacy era, 2025-03-26 … 2025-11-25): POST, GET and DELETE on one URL.
 
-Written as a raw ASGI app: the decision between a plain JSON answer and an SSE stream is made
-*after* the call started. A call that produces nothing but its result is answered as JSON (cheap);
-the first progress, log or server-to-client request switches the answer to SSE at once, so nothing
-is ever buffered until the end. Every SSE event carries ``<stream>-<seq>`` as its id, so a client
-can resume any stream with ``GET`` + ``Last-Event-ID``. The SSE answers themselves are written by
-gateway/transports/event_stream.py.
+Written as a raw ASGI app. A request is run and answered by gateway/transports/request_runner.py:
+as JSON, or as an SSE stream from the first thing that precedes the result (nothing is buffered).
+Every SSE event carries ``<stream>-<seq>`` as its id, so a client can resume any stream with ``GET`` +
+``Last-Event-ID``. The SSE answers themselves are written by gateway/transports/event_stream.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -20,7 +17,6 @@ from adapters.mcp import LEGACY_VERSIONS
 from adapters.mcp_modern import looks_modern
 from gateway import jsonrpc
 from gateway.transports.batches import serve_batch
-from gateway.transports.coalesce import HOLD_KEY, CoalescingTransport
 from gateway.transports.event_stream import TRANSPORT as TRANSPORT, EventStreamWriter
 from gateway.transports.http_common import (
     BodyTooLarge,
@@ -31,23 +27,21 @@ from gateway.transports.http_common import (
     accepts,
     header,
     headers_of,
-    http_status_of,
     read_body,
-    retry_after,
     send_bytes,
     send_rpc_error,
     send_unauthorized,
     text,
     watch_disconnect,
 )
-from gateway.transports.lean import BODY_KEY, HEADERS_KEY, LeanCycle
+from gateway.transports.lean import BODY_KEY, HEADERS_KEY
+from gateway.transports.request_runner import RequestRunner
 from gateway.transports.resume import resume_point
 from gateway.transports.streamable_http_modern import ModernExchange
 from policies.auth import AuthError
 from policies.principal import Principal
 
 if TYPE_CHECKING:
-    from gateway.channels import Channel
     from gateway.config import Limits
     from gateway.federation import View
     from gateway.metrics import Metrics
@@ -85,6 +79,8 @@ class StreamableHttpDoor:
         self._limits = limits
         self._metrics = metrics
         self._sse = EventStreamWriter(limits, metrics)  # the answers that are SSE streams (event_stream.py)
+        # A request run and answered, JSON or SSE (request_runner.py); the bound method kept: one lookup a request.
+        self._run = RequestRunner(router, self._sse).run
         self._modern = modern  # the 2026-07-28 era's requests (streamable_http_modern.py)
         self._shared = shared  # sessions other replicas may serve too (gateway/replicas/)
         # One replica: a session is found without waiting and nothing is shared after a request.
@@ -167,7 +163,7 @@ class StreamableHttpDoor:
 
     # ---- POST --------------------------------------------------------------------------------
     # Plain functions that return what answers the request, down to the call's own coroutine
-    # (_request, or the modern exchange's): no frame of theirs stays on the stack while the call
+    # (RequestRunner.run, or the modern exchange's): no frame of theirs stays on the stack while the call
     # runs, and every wake-up of the call passes one frame less (issue 15).
 
     def _post(self, scope: Scope, receive: Receive, send: Send, view: View) -> Awaitable[None]:
@@ -234,7 +230,7 @@ class StreamableHttpDoor:
             # initialize selects the legacy era, unless it comes dressed as a modern request.
             looks_modern(version_header, None) if is_initialize else looks_modern(version_header, message)
         ):
-            return self._modern.handle(scope, receive, send, view, message, shape, self._request, table, version_header)
+            return self._modern.handle(scope, receive, send, view, message, shape, self._run, table, version_header)
         if is_initialize:
             return self._initialize(scope, receive, send, view, message, session_id)
         if self._find_now is None or not session_id:
@@ -246,7 +242,7 @@ class StreamableHttpDoor:
         session, principal = found
         if shape is not _REQUEST:
             return self._received(send, session, message, shape, principal)
-        return self._request(scope, receive, send, session, message, [], principal=principal)
+        return self._run(scope, receive, send, session, message, [], principal=principal)
 
     async def _initialize(
         self, scope: Scope, receive: Receive, send: Send, view: View, message: dict[str, Any], session_id: str | None
@@ -270,7 +266,7 @@ class StreamableHttpDoor:
             await send_unauthorized(send, scope, exc.reason, exc.error, message["id"])
             return
         session = self._desk.open_session(TRANSPORT, view, credentials)
-        await self._request(
+        await self._run(
             scope, receive, send, session, message, [("mcp-session-id", session.id)], principal=session.principal
         )
         await self._shared.settle(session)
@@ -296,7 +292,7 @@ class StreamableHttpDoor:
             await self._shared.settle(session)  # shared before the client hears it was taken
             await send_bytes(send, 202, b"")
             return
-        await self._request(scope, receive, send, session, message, [], principal=principal)
+        await self._run(scope, receive, send, session, message, [], principal=principal)
         await self._shared.settle(session)
 
     async def _received(
@@ -305,133 +301,6 @@ class StreamableHttpDoor:
         """A notification or a response from the client: handled, then acknowledged."""
         await self._router.handle(session, message, shape, session.standalone, principal)
         await send_bytes(send, 202, b"")
-
-    async def _request(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        session: ClientSession,
-        message: dict[str, Any],
-        extra: list[tuple[str, str]],
-        finish: Callable[[dict[str, Any]], tuple[int, dict[str, Any]]] | None = None,
-        cancel_on_disconnect: bool = False,
-        principal: Principal | None = None,
-    ) -> None:
-        """Run the call in this task. Only if something precedes the result does a writer task
-        start an SSE response (at once, so nothing is buffered); otherwise the answer is JSON.
-
-        ``finish`` maps the final response to (HTTP status, response) (the modern era stamps
-        results and maps error codes to statuses). With ``cancel_on_disconnect`` a client that
-        closes its connection cancels the call (the modern era's only cancellation).
-        """
-        # Kept for Last-Event-ID only once it streams (_start_streaming): most calls are answered as
-        # JSON, and a channel kept per call would push the streams a client may resume out of the window.
-        channel = session.new_stream(resumable=False)
-        channel.attached = True
-        gone: asyncio.Future[None] | None = None
-        held: CoalescingTransport | None = None
-        me: Any = None  # what the connection holds for this call, or its task (with a disconnect watch)
-        cancel: Callable[..., object] | None = None
-        if cancel_on_disconnect:
-            held = scope.get(HOLD_KEY)
-            if held is not None:
-                # The gateway's own protocol: the connection cancels the call when the client leaves
-                # (no future, no callback per call); released below on every way out. held.hold(), inline.
-                if held.is_lost:
-                    channel.close()
-                    return  # gone already: there is no one to answer
-                me = _current_task(held.loop)
-                held.held.add(me)
-            else:
-                me = _current_task(_running_loop())
-                assert me is not None
-                gone = watch_disconnect(scope, receive)
-                cancel = me.cancel
-                # The task's own bound method as the callback (no closure per call): the client leaving
-                # cancels the call. Taken off again before ``gone`` is cancelled (_forget), so that ending
-                # the watch never cancels the call and schedules no callback.
-                gone.add_done_callback(cancel)
-
-        # The SSE writer, once something precedes the result (a partial, not a closure: the call's
-        # variables stay plain locals rather than cells); it puts its task in ``started``.
-        started: list[asyncio.Task[None]] = []
-        channel.on_first_push = functools.partial(
-            self._start_streaming, started, scope, receive, send, session, channel, extra, gone
-        )
-        try:
-            response = await self._router.handle(session, message, _REQUEST, channel, principal)
-        except asyncio.CancelledError:
-            if not _client_left(held, me, gone, cancel):
-                raise
-            channel.close()
-            if started:
-                started[0].cancel()
-            return  # the client left: the call was cancelled, there is no one to answer
-        except Exception:
-            log.exception("request %s failed inside the gateway", message.get("method"))
-            response = jsonrpc.error(message.get("id"), jsonrpc.INTERNAL_ERROR, "Internal error in the gateway")
-        finally:
-            channel.on_first_push = None
-        status = 200
-        if response is not None:
-            if finish is not None:
-                status, response = finish(response)
-            elif "error" in response:
-                status = http_status_of(response)
-            if status == 429 and (retry := retry_after(response)) is not None:
-                extra = [*extra, ("retry-after", retry)]
-        if not started:
-            if held is not None:
-                held.held.discard(me)  # held.release(me), inline
-            elif gone is not None and cancel is not None:  # _forget, inline
-                gone.remove_done_callback(cancel)
-                gone.cancel()
-            try:
-                if response is not None:
-                    body = jsonrpc.dumps(response)
-                    # answered_now, inline: the lean cycle's answer in one write, without a coroutine.
-                    if not (type(send) is LeanCycle and send.respond_now(status, _JSON, body, extra)):
-                        await send_bytes(send, status, body, extra=extra)
-                else:  # the request ended the session (the draft's exit): nothing to answer but receipt
-                    await send_bytes(send, 202, b"", extra=extra)
-            except OSError:
-                pass  # the client left; the answer has nowhere to go
-            finally:
-                # After the answer left (off a lone call's critical path): the router has returned,
-                # nothing is pushed here any more.
-                channel.close()
-                channel.attached = False
-            return
-        writer = started[0]
-        if response is not None:
-            channel.push(response)
-        channel.close()
-        try:
-            await writer
-        except asyncio.CancelledError:
-            if not _client_left(held, me, gone, cancel):
-                raise
-        if held is not None:
-            held.release(me)
-        elif gone is not None and cancel is not None:
-            _forget(gone, cancel)
-
-    def _start_streaming(
-        self,
-        started: list[asyncio.Task[None]],
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        session: ClientSession,
-        channel: Channel,
-        extra: list[tuple[str, str]],
-        gone: asyncio.Future[None] | None,
-    ) -> None:
-        """A call's answer becomes an SSE stream, written by its own task, from the first push on."""
-        if session.codec.resumable_streams:
-            session.keep_stream(channel)
-        started.append(asyncio.create_task(self._sse.respond(scope, receive, send, session, channel, extra, gone)))
 
     # ---- GET ---------------------------------------------------------------------------------
 
@@ -478,36 +347,3 @@ class StreamableHttpDoor:
 
 async def _nothing() -> None:
     return None
-
-
-# asyncio.current_task is a Python function in 3.11 (it asks for the running loop, then this table).
-_running_loop = asyncio.get_running_loop
-_current_task = asyncio.tasks._current_tasks.get  # type: ignore[attr-defined]  # the loop -> task table, untyped
-
-
-def _client_left(
-    held: CoalescingTransport | None, me: Any, gone: asyncio.Future[None] | None, cancel: Callable[..., object] | None
-) -> bool:
-    """After the call's task was cancelled: end the watch, and say whether the client leaving did it.
-    True: the task is uncancelled (the call ends quietly, there is no one to answer); False: the
-    cancellation came from elsewhere and must propagate."""
-    if held is not None:
-        held.release(me)
-        if not held.is_lost:
-            return False
-    elif gone is None or not gone.done() or gone.cancelled():
-        if gone is not None and cancel is not None:
-            _forget(gone, cancel)
-        return False
-    task = asyncio.current_task()
-    assert task is not None  # the call runs in a task
-    task.uncancel()
-    return True
-
-
-def _forget(gone: asyncio.Future[None], cancel: Callable[..., object]) -> None:
-    """End a disconnect watch whose done callback is ``cancel`` (the call's ``Task.cancel``): the
-    callback is taken off first, so that cancelling the watch neither cancels the task nor schedules
-    a callback at all."""
-    gone.remove_done_callback(cancel)
-    gone.cancel()
