@@ -17,7 +17,7 @@ be asked something (it declared sampling, elicitation or roots): only then may t
 parked, outliving the exchange. A client that declared none of them is never asked (a backend's
 request to it is refused at once, gateway/routing/backend_events.py), so its call is awaited in the
 exchange's own task, and such a request only interrupts it with -32021, as the parking path does.
-Such a call is served by ``Forwarder._unaskable`` (gateway/routing/forwarding.py; ``never_asks`` tells
+Such a call is served by ``Forwarder._awaited`` (gateway/routing/forwarding.py; ``never_asks`` tells
 it apart, and with no stream, task or span it is timed there too, one coroutine per call); this bridge
 serves the others.
 """
@@ -75,7 +75,7 @@ class EraBridge:
         """A modern client's call that may need MRTR: to a modern backend (MRTR passes through), the
         retry of a call that needed input, or a call that may have to be parked (its client can be
         asked). Requests for input become ``input_required`` results, never requests. (The rest, a
-        new call of a client that can never be asked to a legacy backend, is ``Forwarder._unaskable``'s.)
+        new call of a client that can never be asked to a legacy backend, is ``Forwarder._awaited``'s.)
 
         ``stream_sink``: an MGP streamed call's (§12, gateway/mgp/streaming.py); it then owns the
         call upstream, so chunks and progress reach the exchange's stream under the client's id. A

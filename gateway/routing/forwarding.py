@@ -77,7 +77,7 @@ def begin_call(
 def never_asks(session: ClientSession, conn: BackendConnection, params: dict[str, Any] | None) -> bool:
     """Whether a modern client's call is one its client can never be asked for (it declared no sampling,
     elicitation or roots) toward a legacy backend, and not the retry of a call that needed input: such
-    a call is awaited in the exchange's own task (``Forwarder._unaskable``), never parked (gateway/eras.py)."""
+    a call is awaited in the exchange's own task (``Forwarder._awaited``), never parked (gateway/eras.py)."""
     return (
         conn.era != "modern"
         and ASKABLE.isdisjoint(session.client_capabilities)
@@ -165,7 +165,7 @@ class Forwarder:
         """The call's exchange with ``backend``: an awaitable of its :class:`Routed` answer.
 
         Not a coroutine of its own: what needs no await is done here, and a plain legacy call's
-        exchange is one coroutine (:meth:`_legacy`, which times it too), one await layer less per call."""
+        exchange is one coroutine (:meth:`_awaited`, which times it too), one await layer less per call."""
         upstream = self._upstream
         if not bound and upstream is not None and backend in upstream.providers:
             return self._forward_bound(call, backend, params, upstream)
@@ -227,10 +227,9 @@ class Forwarder:
         if mcpc is not None and method == "tools/call" and params is not None and mcpc.involved(call, backend):
             return self._forward_mcpc(call, backend, params, conn, method, stream, mcpc)
         if stream is None and self._tracing is None:
-            if not session.codec.modern:  # (codec.asks_mid_request, read without its property)
-                return self._legacy(call, conn, backend, method, params, None, True)  # timed there: no wrapper
-            if never_asks(session, conn, params):
-                return self._unaskable(call, conn, backend, method, params, None, True)  # timed there: no wrapper
+            # (not codec.modern: codec.asks_mid_request, read without its property)
+            if not session.codec.modern or never_asks(session, conn, params):
+                return self._awaited(call, conn, backend, method, params, None, True)  # timed there: no wrapper
         return self._exchange(call, conn, backend, method, params, stream, None)
 
     async def _forward_mcpc(
@@ -346,16 +345,15 @@ class Forwarder:
     ) -> Awaitable[dict[str, Any]]:
         """The call's exchange with its backend, in the client's era (not a coroutine of its own: one
         await layer less on every call)."""
-        if not call.session.codec.modern:  # (codec.asks_mid_request, read without its property)
-            return self._legacy(call, conn, backend, method, params, sink)
-        if never_asks(call.session, conn, params):
-            return self._unaskable(call, conn, backend, method, params, sink)
+        session = call.session
+        if not session.codec.modern or never_asks(session, conn, params):
+            return self._awaited(call, conn, backend, method, params, sink)
         # A modern client that may be asked, or a modern backend: the era bridge's MRTR (its exchange
         # answers on an SSE stream as soon as something, such as an MGP chunk, precedes the result).
         return self._eras.through_mrtr(call, backend, conn, params, sink)
 
     @overload
-    async def _unaskable(
+    async def _awaited(
         self,
         call: Call,
         conn: BackendConnection,
@@ -367,7 +365,7 @@ class Forwarder:
     ) -> dict[str, Any]: ...
 
     @overload
-    async def _unaskable(
+    async def _awaited(
         self,
         call: Call,
         conn: BackendConnection,
@@ -378,7 +376,7 @@ class Forwarder:
         timed: Literal[True],
     ) -> Routed: ...
 
-    async def _unaskable(
+    async def _awaited(
         self,
         call: Call,
         conn: BackendConnection,
@@ -388,89 +386,27 @@ class Forwarder:
         sink: CallSink | None = None,
         timed: bool = False,
     ) -> dict[str, Any] | Routed:
-        """A new call of a modern client that can never be asked, to a legacy backend (:func:`never_asks`),
-        awaited in the exchange's own task: its response (``timed``: its :class:`Routed`, the exchange
-        timed here as :meth:`_exchange` does, for a call with no stream, task or span: two await layers
-        less). A backend's request that needs a capability the client lacks ends the call at once (the
-        backend is told it is cancelled) with -32021, as the era bridge's parking path does."""
-        started = time.perf_counter()
-        error_type = "cancelled"
-        try:
-            session, rpc_id = call.session, call.event.rpc_id
-            # begin_call, inline (one Python call less on every modern call).
-            if sink is None:
-                pending = conn.begin(method, params or None, CallSink(session, call.channel))
-            else:
-                pending = conn.begin(method, params or None, sink)
-                sink.began(conn, pending)
-            inflight = session.inflight
-            inflight[rpc_id] = (conn, pending)
-            signal = session.input_ready = CancelOnAsk(conn, pending)
-            try:
-                response = await conn.call(pending)
-            finally:
-                session.input_ready = None
-                inflight.pop(rpc_id, None)
-            if signal.interrupted:
-                raise self._eras.missing_capabilities(session)
-            answer = finish(session, rpc_id, backend, method, response)
-            if not timed:
-                return answer
-            error_type = error_type_of(answer)
-        except BaseException as exc:
-            if timed:
-                error_type = error_type_of_exception(exc)
-            raise
-        finally:
-            if timed:
-                self._observe(method, backend, error_type, started)
-        return Routed(answer, backend, error_type)
+        """The exchange of a call awaited in its request's own task: a legacy client's, or a new call
+        of a modern client that can never be asked to a legacy backend (:func:`never_asks`). Its
+        response (``timed``: its :class:`Routed`, the exchange timed here as :meth:`_exchange` does,
+        for a call with no stream, task or span: two await layers less).
 
-    @overload
-    async def _legacy(
-        self,
-        call: Call,
-        conn: BackendConnection,
-        backend: str,
-        method: str,
-        params: dict[str, Any] | None,
-        sink: CallSink | None = None,
-        timed: Literal[False] = False,
-    ) -> dict[str, Any]: ...
-
-    @overload
-    async def _legacy(
-        self,
-        call: Call,
-        conn: BackendConnection,
-        backend: str,
-        method: str,
-        params: dict[str, Any] | None,
-        sink: CallSink | None,
-        timed: Literal[True],
-    ) -> Routed: ...
-
-    async def _legacy(
-        self,
-        call: Call,
-        conn: BackendConnection,
-        backend: str,
-        method: str,
-        params: dict[str, Any] | None,
-        sink: CallSink | None = None,
-        timed: bool = False,
-    ) -> dict[str, Any] | Routed:
-        """A legacy client's exchange: its response (``timed``: its :class:`Routed`, the exchange
-        timed here as :meth:`_exchange` does, for a call with no stream, task or span)."""
+        A legacy client toward a modern backend is served in the backend's legacy twin, or through the
+        era bridge's input rounds. A modern client's call gets a :class:`CancelOnAsk` signal: a
+        backend's request that needs a capability the client lacks ends the call at once (the backend
+        is told it is cancelled) with -32021, as the era bridge's parking path does."""
         started = time.perf_counter()
         error_type = "cancelled"
         try:
             session, rpc_id = call.session, call.event.rpc_id  # Call.rpc_id's property, inline
-            if conn.era == "modern":
+            modern_client = session.codec.modern
+            if modern_client:
+                params = params or None  # (an envelope-only _meta was detached: no params at all)
+            elif conn.era == "modern":
                 # A dual-era backend serves a legacy client in its own era (gateway/upstreams/affinity.py;
                 # only a modern connection has a legacy twin, so the others skip the await).
                 conn = await self._affinity.for_legacy_client(conn)
-            # call_backend, inline (one coroutine less on every legacy call).
+            # begin_call, inline (one Python call less on every call).
             if sink is None:
                 pending = conn.begin(method, params, CallSink(session, call.channel))
             else:
@@ -478,12 +414,18 @@ class Forwarder:
                 sink.began(conn, pending)
             inflight = session.inflight
             inflight[rpc_id] = (conn, pending)
+            signal = session.input_ready = CancelOnAsk(conn, pending) if modern_client else None
             try:
                 response = await conn.call(pending)
             finally:
+                if signal is not None:
+                    session.input_ready = None
                 if inflight.get(rpc_id, (None, None))[1] is pending:
                     del inflight[rpc_id]
-            if conn.era == "modern":
+            if signal is not None:
+                if signal.interrupted:
+                    raise self._eras.missing_capabilities(session)
+            elif conn.era == "modern":
                 response = await self._eras.fulfil_input_requests(call, conn, params, response)
             answer = finish(session, rpc_id, backend, method, response)
             if not timed:

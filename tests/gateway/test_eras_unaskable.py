@@ -1,7 +1,7 @@
-"""gateway/eras.py and ``Forwarder._unaskable``: a modern client that declared no sampling, elicitation or
+"""gateway/eras.py and ``Forwarder._awaited``: a modern client that declared no sampling, elicitation or
 roots is never asked, so its call to a legacy backend is awaited in the exchange's own task (no task per
 call), and a backend's request it lacks the capability for ends the call with -32021. Here the call goes
-through the general exchange (a span is open, so ``_exchange`` times it and ``_unaskable`` does not); a
+through the general exchange (a span is open, so ``_exchange`` times it and ``_awaited`` does not); a
 client that can be asked goes through the bridge's MRTR path, whose call may be parked.
 tests/gateway/routing/test_forwarding_unaskable.py has the call that ``_unaskable`` times itself."""
 

@@ -1,5 +1,5 @@
 """gateway/routing/forwarding.py: a modern client that can never be asked, calling a legacy backend with
-no stream, task or span, is served by one timed coroutine (``Forwarder._unaskable``): answered under its
+no stream, task or span, is served by one timed coroutine (``Forwarder._awaited``): answered under its
 id, timed with its error.type, and a backend's request it lacks the capability for ends it with -32021."""
 
 from __future__ import annotations
