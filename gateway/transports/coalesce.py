@@ -152,7 +152,7 @@ class CoalescingTransport:
         return self._transport.get_write_buffer_size()
 
     def get_write_buffer_limits(self) -> tuple[int, int]:
-        return cast(tuple[int, int], self._transport.get_write_buffer_limits())
+        return self._transport.get_write_buffer_limits()
 
     def writelines(self, list_of_data: Any) -> None:
         self.write(b"".join(list_of_data))  # behind what is buffered, as the writes it stands for
