@@ -244,6 +244,13 @@ _new_tuple = tuple.__new__
 _NAMED_RAW = {method.encode(): (method, field) for method, field in NAME_FIELD.items()}
 
 
+# Mcp-Name values seen in the plain form (raw header value -> the name it says, stripped): a request
+# names one of a few tools, and decoding, stripping and testing the value cost three calls a request.
+# Bounded: names past the limit are decoded per request.
+_PLAIN_NAMES: dict[bytes, str] = {}
+_PLAIN_NAMES_MAX = 1024
+
+
 # An envelope as a plain tuple (an :class:`Envelope`'s fields, in order): what read_common returns.
 EnvelopeFields = tuple[str, dict[str, Any], dict[str, Any], str | None]
 
@@ -269,8 +276,14 @@ def read_common(
         named = _NAMED_RAW[header_method]  # type: ignore[index]  # None (absent) is no key: not the common shape
         if named[0] != message["method"]:
             return None  # (a method in NAME_FIELD has no blank: equal is equal once stripped)
-        name = header_name.decode("latin-1").strip(" \t")
-        if name != params[named[1]] or name[:2] == "=?":
+        name = _PLAIN_NAMES.get(header_name)
+        if name is None:
+            name = header_name.decode("latin-1").strip(" \t")
+            if name[:2] == "=?":
+                return None  # the base64 form: the full checks decode it
+            if len(_PLAIN_NAMES) < _PLAIN_NAMES_MAX:
+                _PLAIN_NAMES[header_name] = name
+        if name != params[named[1]]:
             return None
         meta = params["_meta"]
         if type(meta) is not dict:

@@ -7,6 +7,7 @@ import contextlib
 import itertools
 import logging
 import os
+import random
 import secrets
 import time
 from collections.abc import Callable
@@ -37,6 +38,23 @@ _REPLICA_TAG = secrets.token_hex(2)
 # Immutable defaults every session starts with, built once (a frozen dataclass costs ~1 µs to make).
 _MCP_ONLY: frozenset[Dialect] = frozenset({Dialect.MCP})
 _ANONYMOUS = Credentials("anonymous", "anonymous")
+
+# The per-exchange sessions' ids (ClientSession.exchange): 96 bits from this process's own Mersenne
+# Twister, seeded from the OS CSPRNG (again in a forked child, so that two processes never share a
+# sequence). An exchange id names a session in logs, audit, telemetry and stream ids and keys it in
+# this process's tables; it is never a credential (no request is found by it), so it needs to be
+# unique, not unpredictable. os.urandom cost a getrandom syscall per request (kernel time that
+# callgrind does not even count); a counter would be unique too, but its ids reach clients (an SSE
+# answer's event ids start with ``id[:8]``) and would tell them how many requests this process served.
+_exchange_ids = random.Random(os.urandom(32))
+_exchange_bits = _exchange_ids.getrandbits
+
+
+def _reseed_exchange_ids() -> None:
+    _exchange_ids.seed(os.urandom(32))
+
+
+os.register_at_fork(after_in_child=_reseed_exchange_ids)
 
 
 def level_rank(level: str | None) -> int:
@@ -219,11 +237,12 @@ class ClientSession:
     ) -> ClientSession:
         """A session that lives for one exchange (the 2026-07-28 era): initialized from the request's
         envelope, never in a :class:`SessionStore`. Its id names it in logs, audit and stream ids only,
-        never a credential: 96 bits from the OS CSPRNG, as hex (half the cost of ``token_urlsafe``).
+        never a credential: 96 random bits as hex, from the process's generator (``_exchange_ids``: no
+        syscall per request).
 
         One is made per modern request, so every attribute is set once, here, rather than by
         ``__init__`` and again (tests/gateway/test_sessions_exchange.py holds the two to the same attributes)."""
-        session_id = os.urandom(12).hex()
+        session_id = _exchange_bits(96).to_bytes(12).hex()
         short = session_id[:8]
         session: ClientSession = _ExchangeSession()
         session.id = session_id

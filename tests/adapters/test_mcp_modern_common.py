@@ -74,6 +74,31 @@ def test_a_log_level_and_odd_info_are_read_as_the_full_checks_read_them() -> Non
     assert read_common(message, "2026-07-28", b"tools/call", b"echo") == Envelope("2026-07-28", {}, {}, "debug")
 
 
+def test_a_remembered_mcp_name_is_checked_as_a_new_one() -> None:
+    """Plain Mcp-Name values are remembered decoded and stripped: the same raw value again gives the
+    same answer as the first time, and as the full checks; the base64 form is never remembered."""
+    cases = [(b" echo\t", "echo"), (b"echo", "other"), (b"=?base64?ZWNobw==?=", "echo"), (b"caf\xe9", "caf\u00e9")]
+    for raw, body_name in cases:
+        answers = [read_common(_request(name=body_name), "2026-07-28", b"tools/call", raw) for _ in range(2)]
+        assert answers[0] == answers[1], raw
+        if answers[0] is not None:
+            assert answers[0] == _full(_request(name=body_name), "2026-07-28", b"tools/call", raw)
+    assert mcp_modern._PLAIN_NAMES[b" echo\t"] == "echo" and mcp_modern._PLAIN_NAMES[b"caf\xe9"] == "caf\u00e9"
+    assert b"=?base64?ZWNobw==?=" not in mcp_modern._PLAIN_NAMES
+
+
+def test_names_past_the_bound_are_checked_without_being_remembered() -> None:
+    saved = dict(mcp_modern._PLAIN_NAMES)
+    try:
+        mcp_modern._PLAIN_NAMES.update({f"n{i}".encode(): f"n{i}" for i in range(mcp_modern._PLAIN_NAMES_MAX)})
+        assert read_common(_request(name="fresh"), "2026-07-28", b"tools/call", b"fresh") is not None
+        assert read_common(_request(name="other"), "2026-07-28", b"tools/call", b"fresh") is None
+        assert b"fresh" not in mcp_modern._PLAIN_NAMES
+    finally:
+        mcp_modern._PLAIN_NAMES.clear()
+        mcp_modern._PLAIN_NAMES.update(saved)
+
+
 _texts = st.sampled_from(["echo", " echo", "echo\t", "=?base64?ZWNobw==?=", "", "x y", "2026-07-28", "tools/call"])
 _values: st.SearchStrategy[Any] = st.one_of(st.none(), st.integers(), _texts, st.just({}), st.just([]))
 _heads = st.one_of(st.none(), _texts.map(lambda t: t.encode("latin-1")))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 from adapters import codecs
 from gateway.config import Limits
@@ -62,6 +63,26 @@ def test_exchange_sessions_get_distinct_random_ids() -> None:
     ids = {_exchange().id for _ in range(1000)}
     assert len(ids) == 1000
     assert all(len(i) == 24 and int(i, 16) >= 0 for i in ids)  # 96 bits, as hex
+
+
+def test_exchange_ids_differ_per_exchange_and_per_process() -> None:
+    """The ids come from the process's own generator (no syscall per request), reseeded in a forked
+    child: a fork copies the generator, and the child's ids would otherwise repeat its parent's."""
+    assert len({_exchange().id[:8] for _ in range(100)}) == 100  # the stream ids a client sees differ too
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its first id, then out at once (no pytest teardown in a copy of the process)
+        try:
+            os.write(write, _exchange().id.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        child = os.read(read, 64).decode()
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    assert len(child) == 24 and child != _exchange().id  # (without the reseed: the parent's next id)
 
 
 def test_exchange_sessions_share_no_mutable_state() -> None:
