@@ -10,12 +10,15 @@ iteration, and SSE events still leave as soon as they are produced.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any, cast
 
+import httptools
 from uvicorn._types import ASGI3Application
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from gateway.config import Limits
 from gateway.transports.lean import HEADERS_KEY, UNIQUE_HEADERS_KEY, LeanCycle
 from gateway.write_batch import write_batch
 
@@ -91,6 +94,11 @@ class CoalescingTransport:
         if not self._scheduled:
             self._scheduled = True
             self._batch.flush_later(self)
+        elif len(data) >= HIGH_WATER_LIMIT:
+            # A large piece goes now, with what came before it: the socket's own transport then says
+            # at once when it is full (pause_writing), and the sender waits for it to drain, instead of
+            # a sender that does not yield piling its whole stream up here (memory stays bounded).
+            self.flush()
 
     def write_whole(self, data: bytes) -> None:
         """A whole response in one piece (the lean cycle's): with nothing of this connection
@@ -164,6 +172,17 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             for p in getattr(self.app, "lean_posts", ())
         }
         self._lean_limit: int = getattr(self.app, "lean_body_limit", 0)
+        limits: Limits = getattr(self.app, "client_limits", None) or _DEFAULT_LIMITS
+        self._head_timeout = limits.request_head_timeout_s
+        self._body_timeout = limits.request_body_timeout_s
+        self._send_timeout = limits.response_send_timeout_s
+        self._owed = _NOTHING  # what of a request the client still owes (see data_received)
+        self._owed_since = 0.0
+        self._stalled_since = 0.0  # when the socket last filled up (pause_writing)
+        # A new connection is idle until its first byte: without this timer one that never sends
+        # anything stayed open for good (uvicorn arms its timer only after a response).
+        self._idle_since = self.loop.time()
+        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self._keep_alive_due)
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -171,6 +190,32 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             self.timeout_keep_alive_task.cancel()
             self.timeout_keep_alive_task = None
         cast(CoalescingTransport, self.transport).lost()
+
+    def data_received(self, data: bytes) -> None:
+        # uvicorn's (the parser fed, a bad request answered 400, an upgrade handed over), with the
+        # keep-alive flag set here rather than in a call, and then the one question the request
+        # timeouts need: did this segment leave a request unfinished? For a request that arrives
+        # whole (every plain POST) the answer costs three attribute reads and no clock.
+        self._idle_since = None  # busy: the pending keep-alive timer will not close
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            self.logger.warning("Invalid HTTP request received.")
+            self.send_400_response("Invalid HTTP request received.")
+            return
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope and not cycle.more_body:
+            if self._owed:  # the request that was owed is whole now
+                self._owed = _NOTHING
+            return
+        # A head begun (its scope has no cycle yet) or a body unfinished: the client owes the rest.
+        self._owe(_HEAD if cycle is None or cycle.scope is not self.scope else _BODY)
 
     def on_headers_complete(self) -> None:
         if self.url in self._lean_posts and self._lean_start():
@@ -266,13 +311,40 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             return
         self.tasks.add(self.loop.create_task(cycle.run_asgi(app)))
 
-    # ---- keep-alive: one timer per idle period ------------------------------------------------
+    # ---- keep-alive and client timeouts: one timer per idle period ----------------------------
     # uvicorn cancels its keep-alive timer on every segment received and arms a new one after every
     # response: a timer handle per request. Here a response only notes when the connection went
     # idle; the timer, armed once, closes the connection if it stayed idle long enough, else waits on.
+    # The same timer watches a client that owes part of a request (request_head_timeout_s,
+    # request_body_timeout_s) or reads nothing of a response (response_send_timeout_s): those arm or
+    # advance it only when they begin, which a request arriving whole never does.
 
     def _unset_keepalive_if_required(self) -> None:
-        self._idle_since = None  # busy (data_received, on every segment): the pending timer will not close
+        self._idle_since = None  # busy: the pending timer will not close (uvicorn's hook; data_received inlines it)
+
+    def _owe(self, owed: int) -> None:
+        """A segment left a request unfinished: from now the client has the head or body timeout to
+        send the rest (the clock starts at the first segment of each)."""
+        if owed == self._owed:
+            return
+        self._owed = owed
+        self._owed_since = now = self.loop.time()
+        self._due_by(now + (self._head_timeout if owed == _HEAD else self._body_timeout))
+
+    def _due_by(self, when: float) -> None:
+        """Have the timer due no later than ``when``."""
+        timer = self.timeout_keep_alive_task
+        if timer is not None:
+            if timer.when() <= when:
+                return
+            timer.cancel()
+        self.timeout_keep_alive_task = self.loop.call_at(when, self._keep_alive_due)
+
+    def pause_writing(self) -> None:
+        # The socket's buffer is full: the client reads slower than we write, or not at all.
+        super().pause_writing()
+        self._stalled_since = now = self.loop.time()
+        self._due_by(now + self._send_timeout)
 
     def on_response_complete(self) -> None:
         self.server_state.total_requests += 1
@@ -292,11 +364,63 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
 
     def _keep_alive_due(self) -> None:
         self.timeout_keep_alive_task = None
+        if self.flow.write_paused:
+            due = self._stalled_since + self._send_timeout
+            if due <= self.loop.time():
+                self.logger.info("Client read nothing for %.0f s: connection dropped.", self._send_timeout)
+                self.transport.abort()  # a close would wait for the buffer to drain, which it never does
+                return
+            self._due_by(due)
+        owed = self._owed
+        if owed:
+            now = self.loop.time()
+            if self.flow.read_paused:
+                self._owed_since = now  # we stopped reading (pipelining, a body not taken yet): not the client's delay
+            due = self._owed_since + (self._head_timeout if owed == _HEAD else self._body_timeout)
+            if due > now:
+                self._due_by(due)
+            else:
+                self._request_timed_out(owed)
+            return
         idle_since = self._idle_since
         if idle_since is None:
             return  # a request is under way; its response arms the timer again
-        remaining = idle_since + self.timeout_keep_alive - self.loop.time()
-        if remaining > 0:
-            self.timeout_keep_alive_task = self.loop.call_later(remaining, self._keep_alive_due)
+        due = idle_since + self.timeout_keep_alive
+        if due > self.loop.time():
+            self._due_by(due)
         else:
             self.timeout_keep_alive_handler()
+
+    def _request_timed_out(self, owed: int) -> None:
+        """The client did not send the rest of a request in time: a 408, unless an earlier response on
+        this connection is still under way (it must not be cut into), then the connection closes."""
+        cycle = self.cycle
+        if owed == _BODY:
+            # The request's app (uvicorn's cycle may run it while the body streams in) reads
+            # http.disconnect from now on, and anything it sends is dropped.
+            cycle.disconnected = True
+            cycle.keep_alive = False
+            cycle.message_event.set()
+            answer = not cycle.response_started and not self.pipeline
+        else:
+            answer = cycle is None or cycle.response_complete
+        what = "head" if owed == _HEAD else "body"
+        limit = self._head_timeout if owed == _HEAD else self._body_timeout
+        self.logger.info("Request %s not received within %g s: 408, connection closed.", what, limit)
+        if answer:
+            self.transport.write(_timeout_response(what, limit, self.server_state.default_headers))
+        self.transport.close()
+
+
+_NOTHING, _HEAD, _BODY = 0, 1, 2  # what of a request a client owes (CoalescingHttpToolsProtocol._owed)
+_DEFAULT_LIMITS = Limits()  # for an app that names none (tests' own apps)
+
+
+def _timeout_response(what: str, limit: float, default_headers: list[tuple[bytes, bytes]]) -> bytes:
+    """408 with a JSON-RPC error body (id null: the request was never read), and Connection: close."""
+    error = {"code": -32600, "message": f"Request {what} not received within {limit:g} s"}
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
+    head = [b"HTTP/1.1 408 Request Timeout\r\n"]
+    head += [name + b": " + value + b"\r\n" for name, value in default_headers]
+    head.append(b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body))
+    return b"".join(head) + body
