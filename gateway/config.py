@@ -137,6 +137,14 @@ class Limits(_Model):
     request_body_timeout_s: float = Field(
         60.0, gt=0, description="How long a client may take to send a request's whole body after its head (else 408)."
     )
+    # Each connection costs a file descriptor and buffers: past this many the gateway answers 503 at
+    # once rather than run into the process's open-file limit, where accepting fails for everyone.
+    # As many as the sessions a replica keeps (max_sessions).
+    max_client_connections: int = Field(
+        10000,
+        ge=1,
+        description="Client connections (HTTP and WebSocket) open at once; one more gets a 503 and is closed.",
+    )
     response_send_timeout_s: float = Field(
         60.0,
         gt=0,

@@ -183,6 +183,13 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         # anything stayed open for good (uvicorn arms its timer only after a response).
         self._idle_since = self.loop.time()
         self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self._keep_alive_due)
+        if len(self.connections) > limits.max_client_connections:
+            # Refused at once, per connection rather than per request (uvicorn's limit_concurrency
+            # would do it per request, and keep every request off the lean cycle).
+            self.logger.warning("Client connections over %d: a new one refused (503).", limits.max_client_connections)
+            body = _rpc_error(f"Over {limits.max_client_connections} client connections; try again later")
+            self.transport.write(_closing_response(b"503 Service Unavailable", body, self.server_state.default_headers))
+            self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -408,7 +415,8 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         limit = self._head_timeout if owed == _HEAD else self._body_timeout
         self.logger.info("Request %s not received within %g s: 408, connection closed.", what, limit)
         if answer:
-            self.transport.write(_timeout_response(what, limit, self.server_state.default_headers))
+            body = _rpc_error(f"Request {what} not received within {limit:g} s")
+            self.transport.write(_closing_response(b"408 Request Timeout", body, self.server_state.default_headers))
         self.transport.close()
 
 
@@ -416,11 +424,14 @@ _NOTHING, _HEAD, _BODY = 0, 1, 2  # what of a request a client owes (CoalescingH
 _DEFAULT_LIMITS = Limits()  # for an app that names none (tests' own apps)
 
 
-def _timeout_response(what: str, limit: float, default_headers: list[tuple[bytes, bytes]]) -> bytes:
-    """408 with a JSON-RPC error body (id null: the request was never read), and Connection: close."""
-    error = {"code": -32600, "message": f"Request {what} not received within {limit:g} s"}
-    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
-    head = [b"HTTP/1.1 408 Request Timeout\r\n"]
+def _rpc_error(message: str) -> bytes:
+    """A JSON-RPC error of id null (no request was read) for a refusal the protocol makes itself."""
+    return json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}).encode()
+
+
+def _closing_response(status: bytes, body: bytes, default_headers: list[tuple[bytes, bytes]]) -> bytes:
+    """A whole JSON response with Connection: close (the protocol's own 408 and 503)."""
+    head = [b"HTTP/1.1 ", status, b"\r\n"]
     head += [name + b": " + value + b"\r\n" for name, value in default_headers]
     head.append(b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body))
     return b"".join(head) + body

@@ -187,7 +187,7 @@ class _BigAnswer:
 
 @pytest.fixture
 async def big_answers() -> AsyncIterator[tuple[_BigAnswer, int]]:
-    app = _BigAnswer(Limits(response_send_timeout_s=0.5))
+    app = _BigAnswer(Limits(response_send_timeout_s=0.5, max_client_connections=3))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(
@@ -232,3 +232,34 @@ async def test_a_client_that_never_reads_is_dropped(big_answers: tuple[_BigAnswe
         assert status == 200 and len(body) == 32 << 20
     finally:
         writer.close()
+
+
+async def test_connections_over_the_limit_get_503(big_answers: tuple[_BigAnswer, int]) -> None:
+    _app, port = big_answers  # max_client_connections=3
+    held = [await _connect(port) for _ in range(3)]
+    try:
+        reader, writer = await _connect(port)
+        try:
+            status, headers, body = await read_response(reader)
+            assert status == 503 and headers["connection"] == "close"
+            assert json.loads(body)["error"]["message"] == "Over 3 client connections; try again later"
+            assert await _closed_after(reader, 2) == b""
+        finally:
+            writer.close()
+        # The held ones are served; once one leaves, a new connection is too.
+        held[0][1].write(b"GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert (await read_response(held[0][0]))[0] == 200
+        held.pop()[1].close()
+        status = 503
+        async with asyncio.timeout(5):
+            while status == 503:  # until the server has seen that connection closed
+                reader, writer = await _connect(port)
+                try:
+                    writer.write(b"GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                    status = (await read_response(reader))[0]
+                finally:
+                    writer.close()
+        assert status == 200
+    finally:
+        for _, held_writer in held:
+            held_writer.close()
