@@ -134,6 +134,12 @@ class Limits(_Model):
         description="How long a client may take to send a whole request head once it began (else 408, then "
         "close). A connection that sends nothing is closed silently after the keep-alive timeout (5 s).",
     )
+    # nginx reads heads of up to 4 x 8 KiB lines and Node of up to 16 KiB; 64 KiB leaves room for long
+    # bearer tokens (auth.jwt.max_token_bytes) and many headers, and bounds what a head that never
+    # ends may hold (httptools keeps a head whole until it ends).
+    max_request_head_bytes: int = Field(
+        65536, ge=1024, description="Largest request head (request line and headers); a longer one gets a 431."
+    )
     request_body_timeout_s: float = Field(
         60.0, gt=0, description="How long a client may take to send a request's whole body after its head (else 408)."
     )

@@ -176,6 +176,8 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         self._head_timeout = limits.request_head_timeout_s
         self._body_timeout = limits.request_body_timeout_s
         self._send_timeout = limits.response_send_timeout_s
+        self._head_limit = limits.max_request_head_bytes
+        self._head_bytes = 0  # of a head that takes more than one segment, after its first
         self._owed = _NOTHING  # what of a request the client still owes (see data_received)
         self._owed_since = 0.0
         self._stalled_since = 0.0  # when the socket last filled up (pause_writing)
@@ -222,7 +224,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
                 self._owed = _NOTHING
             return
         # A head begun (its scope has no cycle yet) or a body unfinished: the client owes the rest.
-        self._owe(_HEAD if cycle is None or cycle.scope is not self.scope else _BODY)
+        self._owe(_HEAD if cycle is None or cycle.scope is not self.scope else _BODY, len(data))
 
     def on_headers_complete(self) -> None:
         if self.url in self._lean_posts and self._lean_start():
@@ -329,12 +331,20 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     def _unset_keepalive_if_required(self) -> None:
         self._idle_since = None  # busy: the pending timer will not close (uvicorn's hook; data_received inlines it)
 
-    def _owe(self, owed: int) -> None:
-        """A segment left a request unfinished: from now the client has the head or body timeout to
-        send the rest (the clock starts at the first segment of each)."""
+    def _owe(self, owed: int, size: int) -> None:
+        """A segment (of ``size`` bytes) left a request unfinished: from now the client has the head or
+        body timeout to send the rest (the clock starts at the first segment of each). A head that goes
+        on past ``limits.max_request_head_bytes`` is refused (431): httptools keeps it all until its end."""
         if owed == self._owed:
+            if owed == _HEAD:
+                # Counted from its second segment: the first may hold a whole earlier request (pipelined),
+                # and one segment is at most what asyncio reads at once (256 KiB).
+                self._head_bytes += size
+                if self._head_bytes > self._head_limit:
+                    self._head_too_large()
             return
         self._owed = owed
+        self._head_bytes = 0
         self._owed_since = now = self.loop.time()
         self._due_by(now + (self._head_timeout if owed == _HEAD else self._body_timeout))
 
@@ -397,6 +407,16 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             self._due_by(due)
         else:
             self.timeout_keep_alive_handler()
+
+    def _head_too_large(self) -> None:
+        cycle = self.cycle
+        self._owed = _NOTHING
+        self.logger.info("Request head over %d bytes: 431, connection closed.", self._head_limit)
+        if cycle is None or cycle.response_complete:  # else an earlier response is under way: just close
+            body = _rpc_error(f"Request head over {self._head_limit} bytes")
+            status = b"431 Request Header Fields Too Large"
+            self.transport.write(_closing_response(status, body, self.server_state.default_headers))
+        self.transport.close()
 
     def _request_timed_out(self, owed: int) -> None:
         """The client did not send the rest of a request in time: a 408, unless an earlier response on

@@ -30,7 +30,7 @@ BODY_S = 0.5
 
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[RunningGateway]:
-    limits = {"request_head_timeout_s": HEAD_S, "request_body_timeout_s": BODY_S}
+    limits = {"request_head_timeout_s": HEAD_S, "request_body_timeout_s": BODY_S, "max_request_head_bytes": 16384}
     with run_gateway({"limits": limits, "backends": {}}) as running:
         yield running
 
@@ -112,6 +112,28 @@ async def test_a_head_trickled_byte_by_byte_gets_408(gateway: RunningGateway) ->
         await _assert_408(reader, "head")
     finally:
         writer.close()
+
+
+async def test_a_head_that_never_ends_gets_431(gateway: RunningGateway) -> None:
+    """Within its timeout, a head sent as fast as the socket takes it stops at the head limit."""
+    port = _port(gateway)
+    reader, writer = await _connect(port)
+    try:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        sent = 0
+        with contextlib.suppress(ConnectionError):
+            while not reader.at_eof() and not reader._buffer and sent < 1 << 20:  # type: ignore[attr-defined]
+                writer.write(b"X-More: " + b"m" * 1000 + b"\r\n")  # separate segments: a write, then a pause
+                await writer.drain()
+                sent += 1010
+                await asyncio.sleep(0.005)
+        status, headers, body = await read_response(reader)
+        assert status == 431 and headers["connection"] == "close"
+        assert json.loads(body)["error"]["message"] == "Request head over 16384 bytes"
+        assert sent < 1 << 20
+    finally:
+        writer.close()
+    await _next_call_fine(port)
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length-lean", "chunked-uvicorn"])
