@@ -5,6 +5,15 @@ On loopback each write is a syscall that also runs the receiver's TCP processing
 largest single cost of a proxied call (ADR 0005). The transport below gathers the writes made in
 one event-loop iteration and sends them together on the next: no added latency beyond that
 iteration, and SSE events still leave as soon as they are produced.
+
+The protocol also holds every client to the ``limits`` (gateway/config.py), with the one keep-alive
+timer per connection and no clock read for a request that arrives whole: a connection that sends
+nothing is closed silently after the keep-alive timeout; a request head, then its body, that does
+not arrive within ``request_head_timeout_s`` / ``request_body_timeout_s`` gets a 408; a head over
+``max_request_head_bytes`` a 431; a connection beyond ``max_client_connections`` a 503 (each then
+closes); a client that reads nothing for ``response_send_timeout_s`` while its socket is full, or
+while a close waits on it, is aborted. Memory per connection stays bounded: a large write leaves
+the coalescing buffer at once, so that flow control (pause_writing) holds its sender.
 """
 
 from __future__ import annotations
@@ -28,7 +37,17 @@ _current_task = asyncio.tasks._current_tasks.get  # type: ignore[attr-defined]  
 class CoalescingTransport:
     # Slots: one per client connection, and what it carries beyond writes (the disconnect watchers)
     # lives here rather than in uvicorn's protocol object, whose instance dict would grow for it.
-    __slots__ = ("_batch", "_buffer", "_lost_watchers", "_scheduled", "_transport", "held", "is_lost", "loop")
+    __slots__ = (
+        "_batch",
+        "_buffer",
+        "_lost_watchers",
+        "_scheduled",
+        "_transport",
+        "held",
+        "is_lost",
+        "linger_s",
+        "loop",
+    )
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
@@ -41,6 +60,8 @@ class CoalescingTransport:
         # The tasks to cancel when the connection is lost (hold/release; the Streamable HTTP door's
         # _request adds and discards its task here itself, without the two calls).
         self.held: set[asyncio.Task[Any]] = set()
+        # How long a close may wait for unsent bytes to leave (the protocol's response_send_timeout_s).
+        self.linger_s = 60.0
 
     # ---- tasks cancelled when the connection is lost (``HOLD_KEY``) ----------------------------
     # What a request that the client's leaving must cancel (the 2026-07-28 wire's only cancellation)
@@ -123,6 +144,14 @@ class CoalescingTransport:
         self._batch.flush_now()  # a whole response given to the batch (write_whole) leaves first
         self.flush()
         self._transport.close()
+        if not self.is_lost and self._transport.get_write_buffer_size():
+            # asyncio closes only once what is buffered has left, and a client that reads nothing
+            # would keep the socket for good: past linger_s the close becomes an abort.
+            self.loop.call_later(self.linger_s, self._abort_unless_lost)
+
+    def _abort_unless_lost(self) -> None:
+        if not self.is_lost:
+            self._transport.abort()
 
     def is_closing(self) -> bool:
         # Asked after every response (uvicorn's on_response_complete): spelled out, since __getattr__
@@ -175,7 +204,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         limits: Limits = getattr(self.app, "client_limits", None) or _DEFAULT_LIMITS
         self._head_timeout = limits.request_head_timeout_s
         self._body_timeout = limits.request_body_timeout_s
-        self._send_timeout = limits.response_send_timeout_s
+        self._send_timeout = coalescing.linger_s = limits.response_send_timeout_s
         self._head_limit = limits.max_request_head_bytes
         self._head_bytes = 0  # of a head that takes more than one segment, after its first
         self._owed = _NOTHING  # what of a request the client still owes (see data_received)

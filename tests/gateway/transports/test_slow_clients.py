@@ -18,7 +18,7 @@ import pytest
 import uvicorn
 
 from gateway.config import Limits
-from gateway.transports.coalesce import CoalescingHttpToolsProtocol
+from gateway.transports.coalesce import HOLD_KEY, CoalescingHttpToolsProtocol
 from tests.gateway.transports.test_lean_cycle import post, read_response
 from tests.support import RunningGateway, initialize_request, run_gateway
 
@@ -191,6 +191,7 @@ class _BigAnswer:
     def __init__(self, limits: Limits) -> None:
         self.client_limits = limits  # what the gateway's FastPath offers the protocol
         self.ended = asyncio.Event()
+        self.connections: set[Any] = set()  # the server's open client connections (uvicorn's server_state)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -199,6 +200,19 @@ class _BigAnswer:
             await send({"type": "lifespan.shutdown.complete"})
             return
         try:
+            if scope["path"] == "/small":
+                await send({"type": "http.response.start", "status": 200, "headers": []})
+                await send({"type": "http.response.body", "body": b"small"})
+                return
+            if scope["path"] == "/close":
+                # A socket that holds little (as on a slow link), and an answer that does not fit in it
+                # but stays under the transport's high-water mark: the app never waits, and the close
+                # after it must wait for the bytes to leave, which they never do.
+                scope[HOLD_KEY].get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+                headers = [(b"content-type", b"text/plain"), (b"connection", b"close")]
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                await send({"type": "http.response.body", "body": b"x" * 48 * 1024})
+                return
             await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
             for _ in range(32):
                 await send({"type": "http.response.body", "body": b"x" * (1 << 20), "more_body": True})
@@ -209,13 +223,18 @@ class _BigAnswer:
 
 @pytest.fixture
 async def big_answers() -> AsyncIterator[tuple[_BigAnswer, int]]:
-    app = _BigAnswer(Limits(response_send_timeout_s=0.5, max_client_connections=3))
+    async for served in _serve(_BigAnswer(Limits(response_send_timeout_s=0.5, max_client_connections=3))):
+        yield served
+
+
+async def _serve(app: _BigAnswer) -> AsyncIterator[tuple[_BigAnswer, int]]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(
         app, http=CoalescingHttpToolsProtocol, lifespan="on", log_config=None, access_log=False, proxy_headers=False
     )
     server = uvicorn.Server(config)
+    app.connections = server.server_state.connections
     task = asyncio.create_task(server.serve(sockets=[sock]))
     async with asyncio.timeout(10):
         while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn offers only the flag)
@@ -269,7 +288,7 @@ async def test_connections_over_the_limit_get_503(big_answers: tuple[_BigAnswer,
         finally:
             writer.close()
         # The held ones are served; once one leaves, a new connection is too.
-        held[0][1].write(b"GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        held[0][1].write(b"GET /small HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert (await read_response(held[0][0]))[0] == 200
         held.pop()[1].close()
         status = 503
@@ -277,7 +296,7 @@ async def test_connections_over_the_limit_get_503(big_answers: tuple[_BigAnswer,
             while status == 503:  # until the server has seen that connection closed
                 reader, writer = await _connect(port)
                 try:
-                    writer.write(b"GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                    writer.write(b"GET /small HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
                     status = (await read_response(reader))[0]
                 finally:
                     writer.close()
@@ -285,3 +304,20 @@ async def test_connections_over_the_limit_get_503(big_answers: tuple[_BigAnswer,
     finally:
         for _, held_writer in held:
             held_writer.close()
+
+
+async def test_a_close_that_cannot_drain_becomes_an_abort(big_answers: tuple[_BigAnswer, int]) -> None:
+    """A response with Connection: close to a client that reads nothing: asyncio's close waits for the
+    unsent bytes for good; past response_send_timeout_s the connection is aborted (its socket freed)."""
+    app, port = big_answers
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    try:
+        sock.sendall(b"GET /close HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        async with asyncio.timeout(10):
+            await app.ended.wait()
+            while app.connections:  # noqa: ASYNC110 (uvicorn's set of connections offers no event)
+                await asyncio.sleep(0.05)
+    finally:
+        sock.close()
