@@ -18,9 +18,10 @@ message is complete (the connection back to the pool), the connection fails, or 
 after that ``conn`` is None and the parser's events no longer reach it. An event over the carrier's
 ``max_message_bytes`` fails the call (-32603, as the awaited path's parser refusal does) and closes
 the connection; so does a body that is no stream once it is over that size (-32095), checked after
-each read that leaves it unfinished. The rare paths stay tasks (``task``): a stream that ended before its response is
-resumed with Last-Event-ID (gateway/upstreams/post_stream.py's ``resume``), and a request whose kept-alive
-connection proved closed before any byte of the answer is sent once more, afresh. Nothing is
+each read that leaves it unfinished. The rare paths stay tasks (``task``): a stream that ended
+before its response is resumed with Last-Event-ID (gateway/upstreams/post_stream.py's ``resume``),
+and a request whose kept-alive connection proved closed before any byte of the answer is sent once
+more, afresh. Nothing is
 buffered beyond the parser's one unfinished event, so there is nothing to pause reading for (the
 awaited path pauses only when its own reading task falls behind, which cannot happen here).
 """
