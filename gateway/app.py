@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
 from gateway.admin import AdminApi
-from gateway.config import Config
+from gateway.config import Config, Limits
 from gateway.core import Gateway
 from gateway.federation import View
 from gateway.mcpx.api import McpxApi
@@ -53,6 +53,7 @@ class FastPath:
         lean_body_limit: int = 0,
         lean_doors: dict[str, Callable[[Any, Any, Any], Awaitable[None]]] | None = None,
         auth_pending: Callable[[Any], Awaitable[object] | None] | None = None,
+        client_limits: Limits | None = None,
     ) -> None:
         self.app = app
         self.state = app.state
@@ -66,6 +67,9 @@ class FastPath:
         lean_doors = lean_doors or {}
         self.lean_posts = frozenset(path.encode() for path in lean)
         self.lean_body_limit = lean_body_limit
+        # The client timeouts the gateway's protocol applies to every connection (request head, body, a
+        # response the client does not read): transports/coalesce.py reads them here.
+        self.client_limits = client_limits
         # ... and what serves each (raw path -> (path, handler)): the entrance for a request known to
         # be a plain HTTP POST to that exact path, so asked nothing dispatch would ask of it.
         self.lean_doors: dict[bytes, tuple[str, Callable[[Any, Any, Any], Awaitable[None]]]] = {
@@ -274,6 +278,7 @@ def build_app(config: Config, gateway: Gateway | None = None) -> FastPath:
         limits.max_body_bytes,
         lean_doors={"/mcp": mcp_fed.post},
         auth_pending=gw.auth_pending,
+        client_limits=limits,
     )
     gw.replicas.serve(served)  # requests other replicas relay here run through the same app
     return served

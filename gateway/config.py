@@ -123,6 +123,40 @@ class Limits(_Model):
     max_sessions: int = Field(10000, ge=1, description="Concurrent client sessions per replica.")
     max_inflight_per_session: int = Field(256, ge=1, description="Concurrent requests one session may have.")
     sse_keepalive_s: float = Field(15.0, gt=0, description="Interval of SSE keep-alive comments.")
+    # The three client timeouts below take nginx's defaults (client_header_timeout, client_body_timeout
+    # and send_timeout are 60 s each; Node's headersTimeout is 60 s too): long enough for a slow mobile
+    # link, short enough that a client holding sockets open without sending (slowloris, slow POST) or
+    # without reading frees them within a minute. Unlike nginx's body timeout, which restarts on every
+    # read, this one counts from the end of the head: a body trickled a byte at a time cannot hold on.
+    request_head_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="How long a client may take to send a whole request head once it began (else 408, then "
+        "close). A connection that sends nothing is closed silently after the keep-alive timeout (5 s).",
+    )
+    # nginx reads heads of up to 4 x 8 KiB lines and Node of up to 16 KiB; 64 KiB leaves room for long
+    # bearer tokens (auth.jwt.max_token_bytes) and many headers, and bounds what a head that never
+    # ends may hold (httptools keeps a head whole until it ends).
+    max_request_head_bytes: int = Field(
+        65536, ge=1024, description="Largest request head (request line and headers); a longer one gets a 431."
+    )
+    request_body_timeout_s: float = Field(
+        60.0, gt=0, description="How long a client may take to send a request's whole body after its head (else 408)."
+    )
+    # Each connection costs a file descriptor and buffers: past this many the gateway answers 503 at
+    # once rather than run into the process's open-file limit, where accepting fails for everyone.
+    # As many as the sessions a replica keeps (max_sessions).
+    max_client_connections: int = Field(
+        10000,
+        ge=1,
+        description="Client connections (HTTP and WebSocket) open at once; one more gets a 503 and is closed.",
+    )
+    response_send_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="How long a response may wait on a client that reads nothing (its socket buffer full) "
+        "before the connection is dropped.",
+    )
 
 
 class Bucket(_Model):

@@ -5,17 +5,29 @@ On loopback each write is a syscall that also runs the receiver's TCP processing
 largest single cost of a proxied call (ADR 0005). The transport below gathers the writes made in
 one event-loop iteration and sends them together on the next: no added latency beyond that
 iteration, and SSE events still leave as soon as they are produced.
+
+The protocol also holds every client to the ``limits`` (gateway/config.py), with the one keep-alive
+timer per connection and no clock read for a request that arrives whole: a connection that sends
+nothing is closed silently after the keep-alive timeout; a request head, then its body, that does
+not arrive within ``request_head_timeout_s`` / ``request_body_timeout_s`` gets a 408; a head over
+``max_request_head_bytes`` a 431; a connection beyond ``max_client_connections`` a 503 (each then
+closes); a client that reads nothing for ``response_send_timeout_s`` while its socket is full, or
+while a close waits on it, is aborted. Memory per connection stays bounded: a large write leaves
+the coalescing buffer at once, so that flow control (pause_writing) holds its sender.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any, cast
 
+import httptools
 from uvicorn._types import ASGI3Application
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from gateway.config import Limits
 from gateway.transports.lean import HEADERS_KEY, UNIQUE_HEADERS_KEY, LeanCycle
 from gateway.write_batch import write_batch
 
@@ -25,7 +37,17 @@ _current_task = asyncio.tasks._current_tasks.get  # type: ignore[attr-defined]  
 class CoalescingTransport:
     # Slots: one per client connection, and what it carries beyond writes (the disconnect watchers)
     # lives here rather than in uvicorn's protocol object, whose instance dict would grow for it.
-    __slots__ = ("_batch", "_buffer", "_lost_watchers", "_scheduled", "_transport", "held", "is_lost", "loop")
+    __slots__ = (
+        "_batch",
+        "_buffer",
+        "_lost_watchers",
+        "_scheduled",
+        "_transport",
+        "held",
+        "is_lost",
+        "linger_s",
+        "loop",
+    )
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
@@ -38,6 +60,8 @@ class CoalescingTransport:
         # The tasks to cancel when the connection is lost (hold/release; the Streamable HTTP door's
         # _request adds and discards its task here itself, without the two calls).
         self.held: set[asyncio.Task[Any]] = set()
+        # How long a close may wait for unsent bytes to leave (the protocol's response_send_timeout_s).
+        self.linger_s = 60.0
 
     # ---- tasks cancelled when the connection is lost (``HOLD_KEY``) ----------------------------
     # What a request that the client's leaving must cancel (the 2026-07-28 wire's only cancellation)
@@ -91,6 +115,11 @@ class CoalescingTransport:
         if not self._scheduled:
             self._scheduled = True
             self._batch.flush_later(self)
+        elif len(data) >= HIGH_WATER_LIMIT:
+            # A large piece goes now, with what came before it: the socket's own transport then says
+            # at once when it is full (pause_writing), and the sender waits for it to drain, instead of
+            # a sender that does not yield piling its whole stream up here (memory stays bounded).
+            self.flush()
 
     def write_whole(self, data: bytes) -> None:
         """A whole response in one piece (the lean cycle's): with nothing of this connection
@@ -115,6 +144,14 @@ class CoalescingTransport:
         self._batch.flush_now()  # a whole response given to the batch (write_whole) leaves first
         self.flush()
         self._transport.close()
+        if not self.is_lost and self._transport.get_write_buffer_size():
+            # asyncio closes only once what is buffered has left, and a client that reads nothing
+            # would keep the socket for good: past linger_s the close becomes an abort.
+            self.loop.call_later(self.linger_s, self._abort_unless_lost)
+
+    def _abort_unless_lost(self) -> None:
+        if not self.is_lost:
+            self._transport.abort()
 
     def is_closing(self) -> bool:
         # Asked after every response (uvicorn's on_response_complete): spelled out, since __getattr__
@@ -208,6 +245,26 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             for p in getattr(self.app, "lean_posts", ())
         }
         self._lean_limit: int = getattr(self.app, "lean_body_limit", 0)
+        limits: Limits = getattr(self.app, "client_limits", None) or _DEFAULT_LIMITS
+        self._head_timeout = limits.request_head_timeout_s
+        self._body_timeout = limits.request_body_timeout_s
+        self._send_timeout = coalescing.linger_s = limits.response_send_timeout_s
+        self._head_limit = limits.max_request_head_bytes
+        self._head_bytes = 0  # of a head that takes more than one segment, after its first
+        self._owed = _NOTHING  # what of a request the client still owes (see data_received)
+        self._owed_since = 0.0
+        self._stalled_since = 0.0  # when the socket last filled up (pause_writing)
+        # A new connection is idle until its first byte: without this timer one that never sends
+        # anything stayed open for good (uvicorn arms its timer only after a response).
+        self._idle_since = self.loop.time()
+        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self._keep_alive_due)
+        if len(self.connections) > limits.max_client_connections:
+            # Refused at once, per connection rather than per request (uvicorn's limit_concurrency
+            # would do it per request, and keep every request off the lean cycle).
+            self.logger.warning("Client connections over %d: a new one refused (503).", limits.max_client_connections)
+            body = _rpc_error(f"Over {limits.max_client_connections} client connections; try again later")
+            self.transport.write(_closing_response(b"503 Service Unavailable", body, self.server_state.default_headers))
+            self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -215,6 +272,32 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             self.timeout_keep_alive_task.cancel()
             self.timeout_keep_alive_task = None
         cast(CoalescingTransport, self.transport).lost()
+
+    def data_received(self, data: bytes) -> None:
+        # uvicorn's (the parser fed, a bad request answered 400, an upgrade handed over), with the
+        # keep-alive flag set here rather than in a call, and then the one question the request
+        # timeouts need: did this segment leave a request unfinished? For a request that arrives
+        # whole (every plain POST) the answer costs three attribute reads and no clock.
+        self._idle_since = None  # busy: the pending keep-alive timer will not close
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            self.logger.warning("Invalid HTTP request received.")
+            self.send_400_response("Invalid HTTP request received.")
+            return
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope and not cycle.more_body:
+            if self._owed:  # the request that was owed is whole now
+                self._owed = _NOTHING
+            return
+        # A head begun (its scope has no cycle yet) or a body unfinished: the client owes the rest.
+        self._owe(_HEAD if cycle is None or cycle.scope is not self.scope else _BODY, len(data))
 
     def on_headers_complete(self) -> None:
         if self.url in self._lean_posts and self._lean_start():
@@ -310,13 +393,48 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             return
         self.tasks.add(self.loop.create_task(cycle.run_asgi(app)))
 
-    # ---- keep-alive: one timer per idle period ------------------------------------------------
+    # ---- keep-alive and client timeouts: one timer per idle period ----------------------------
     # uvicorn cancels its keep-alive timer on every segment received and arms a new one after every
     # response: a timer handle per request. Here a response only notes when the connection went
     # idle; the timer, armed once, closes the connection if it stayed idle long enough, else waits on.
+    # The same timer watches a client that owes part of a request (request_head_timeout_s,
+    # request_body_timeout_s) or reads nothing of a response (response_send_timeout_s): those arm or
+    # advance it only when they begin, which a request arriving whole never does.
 
     def _unset_keepalive_if_required(self) -> None:
-        self._idle_since = None  # busy (data_received, on every segment): the pending timer will not close
+        self._idle_since = None  # busy: the pending timer will not close (uvicorn's hook; data_received inlines it)
+
+    def _owe(self, owed: int, size: int) -> None:
+        """A segment (of ``size`` bytes) left a request unfinished: from now the client has the head or
+        body timeout to send the rest (the clock starts at the first segment of each). A head that goes
+        on past ``limits.max_request_head_bytes`` is refused (431): httptools keeps it all until its end."""
+        if owed == self._owed:
+            if owed == _HEAD:
+                # Counted from its second segment: the first may hold a whole earlier request (pipelined),
+                # and one segment is at most what asyncio reads at once (256 KiB).
+                self._head_bytes += size
+                if self._head_bytes > self._head_limit:
+                    self._head_too_large()
+            return
+        self._owed = owed
+        self._head_bytes = 0
+        self._owed_since = now = self.loop.time()
+        self._due_by(now + (self._head_timeout if owed == _HEAD else self._body_timeout))
+
+    def _due_by(self, when: float) -> None:
+        """Have the timer due no later than ``when``."""
+        timer = self.timeout_keep_alive_task
+        if timer is not None:
+            if timer.when() <= when:
+                return
+            timer.cancel()
+        self.timeout_keep_alive_task = self.loop.call_at(when, self._keep_alive_due)
+
+    def pause_writing(self) -> None:
+        # The socket's buffer is full: the client reads slower than we write, or not at all.
+        super().pause_writing()
+        self._stalled_since = now = self.loop.time()
+        self._due_by(now + self._send_timeout)
 
     def on_response_complete(self) -> None:
         self.server_state.total_requests += 1
@@ -336,11 +454,77 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
 
     def _keep_alive_due(self) -> None:
         self.timeout_keep_alive_task = None
+        if self.flow.write_paused:
+            due = self._stalled_since + self._send_timeout
+            if due <= self.loop.time():
+                self.logger.info("Client read nothing for %.0f s: connection dropped.", self._send_timeout)
+                self.transport.abort()  # a close would wait for the buffer to drain, which it never does
+                return
+            self._due_by(due)
+        owed = self._owed
+        if owed:
+            now = self.loop.time()
+            if self.flow.read_paused:
+                self._owed_since = now  # we stopped reading (pipelining, a body not taken yet): not the client's delay
+            due = self._owed_since + (self._head_timeout if owed == _HEAD else self._body_timeout)
+            if due > now:
+                self._due_by(due)
+            else:
+                self._request_timed_out(owed)
+            return
         idle_since = self._idle_since
         if idle_since is None:
             return  # a request is under way; its response arms the timer again
-        remaining = idle_since + self.timeout_keep_alive - self.loop.time()
-        if remaining > 0:
-            self.timeout_keep_alive_task = self.loop.call_later(remaining, self._keep_alive_due)
+        due = idle_since + self.timeout_keep_alive
+        if due > self.loop.time():
+            self._due_by(due)
         else:
             self.timeout_keep_alive_handler()
+
+    def _head_too_large(self) -> None:
+        cycle = self.cycle
+        self._owed = _NOTHING
+        self.logger.info("Request head over %d bytes: 431, connection closed.", self._head_limit)
+        if cycle is None or cycle.response_complete:  # else an earlier response is under way: just close
+            body = _rpc_error(f"Request head over {self._head_limit} bytes")
+            status = b"431 Request Header Fields Too Large"
+            self.transport.write(_closing_response(status, body, self.server_state.default_headers))
+        self.transport.close()
+
+    def _request_timed_out(self, owed: int) -> None:
+        """The client did not send the rest of a request in time: a 408, unless an earlier response on
+        this connection is still under way (it must not be cut into), then the connection closes."""
+        cycle = self.cycle
+        if owed == _BODY:
+            # The request's app (uvicorn's cycle may run it while the body streams in) reads
+            # http.disconnect from now on, and anything it sends is dropped.
+            cycle.disconnected = True
+            cycle.keep_alive = False
+            cycle.message_event.set()
+            answer = not cycle.response_started and not self.pipeline
+        else:
+            answer = cycle is None or cycle.response_complete
+        what = "head" if owed == _HEAD else "body"
+        limit = self._head_timeout if owed == _HEAD else self._body_timeout
+        self.logger.info("Request %s not received within %g s: 408, connection closed.", what, limit)
+        if answer:
+            body = _rpc_error(f"Request {what} not received within {limit:g} s")
+            self.transport.write(_closing_response(b"408 Request Timeout", body, self.server_state.default_headers))
+        self.transport.close()
+
+
+_NOTHING, _HEAD, _BODY = 0, 1, 2  # what of a request a client owes (CoalescingHttpToolsProtocol._owed)
+_DEFAULT_LIMITS = Limits()  # for an app that names none (tests' own apps)
+
+
+def _rpc_error(message: str) -> bytes:
+    """A JSON-RPC error of id null (no request was read) for a refusal the protocol makes itself."""
+    return json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}).encode()
+
+
+def _closing_response(status: bytes, body: bytes, default_headers: list[tuple[bytes, bytes]]) -> bytes:
+    """A whole JSON response with Connection: close (the protocol's own 408 and 503)."""
+    head = [b"HTTP/1.1 ", status, b"\r\n"]
+    head += [name + b": " + value + b"\r\n" for name, value in default_headers]
+    head.append(b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body))
+    return b"".join(head) + body

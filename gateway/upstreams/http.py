@@ -43,6 +43,7 @@ from gateway.upstreams.deadlines import Deadlines
 from gateway.upstreams.egress import BackendEgress
 from gateway.upstreams.flag import Flag
 from gateway.upstreams.httpclient import (
+    BodyTooLarge,
     ConnectError,
     ConnectionPool,
     HttpError,
@@ -280,7 +281,10 @@ class HttpCarrier(Carrier):
             await post_stream.relay(self, message, rpc_id, response)
             return
         try:
-            data = await response.read()
+            data = await response.read(self._max)
+        except BodyTooLarge as exc:
+            self._fail(rpc_id, jsonrpc.PAYLOAD_TOO_LARGE, f"backend {self._name} sent {exc}")
+            return
         finally:
             response.release()
         self._answer(message, status, data)

@@ -47,6 +47,14 @@ class ConnectError(HttpError):
     """The backend could not be reached at all."""
 
 
+class BodyTooLarge(HttpError):
+    """A response body over the reader's limit (:meth:`Response.read`); its connection is closed."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"more than {limit} bytes")
+        self.limit = limit
+
+
 class Exchange(Protocol):
     """Who hears the parser's events of one response (a :class:`Response`, or a caller's own).
 
@@ -316,14 +324,31 @@ class Response:
         finally:
             self.release()
 
-    async def read(self) -> bytes:
+    async def read(self, limit: int | None = None) -> bytes:
+        """The whole body; past ``limit`` bytes :class:`BodyTooLarge` (the connection closed, the rest
+        unread: a backend that sends without end holds no more than that)."""
         if self._complete and not self._paused:  # the common case: the whole body is here already
             body = b"".join(self._chunks)
             self._chunks.clear()
             self._buffered = 0
+            if limit is not None and len(body) > limit:
+                self._keep_alive = False  # not reused: a backend that sent that much is not trusted to be done
+                self.release()
+                raise BodyTooLarge(limit)
             self.release()
             return body
-        return b"".join([chunk async for chunk in self.iter_raw()])
+        chunks = []
+        size = 0
+        stream = self.iter_raw()
+        try:
+            async for chunk in stream:
+                size += len(chunk)
+                if limit is not None and size > limit:
+                    raise BodyTooLarge(limit)
+                chunks.append(chunk)
+        finally:
+            await stream.aclose()  # releases the connection: closed unless the body was read to its end
+        return b"".join(chunks)
 
     def release(self) -> None:
         """Give the connection back to the pool if the exchange ended cleanly, else close it."""

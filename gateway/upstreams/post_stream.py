@@ -35,7 +35,11 @@ async def relay(carrier: HttpCarrier, message: dict[str, Any], rpc_id: Any, resp
     parser = SSEParser(carrier._max)
     draining = False
     try:
-        answered, last_id, retry_ms = await read(carrier, chunks, parser, rpc_id, until_answered=True, request=message)
+        try:
+            answered, last_id, retry_ms = await read(carrier, chunks, parser, rpc_id, True, request=message)
+        except ValueError as exc:  # the parser's refusal: an event or line over the limit (as quick.py says it)
+            carrier._fail(rpc_id, jsonrpc.INTERNAL_ERROR, f"backend {carrier._name} sent a malformed stream: {exc}")
+            return  # released unfinished below: the connection is closed
         if answered:
             # The caller has its answer; the end of the stream is read in the background so
             # that the connection goes back to the pool (iter_raw releases it).
@@ -112,6 +116,8 @@ async def resume(carrier: HttpCarrier, rpc_id: Any, last_id: str | None, retry_m
             # Until the answer, not the stream's end: a server may keep a resumed stream open
             # after it (the official SDK's does). Released unfinished, the connection is closed.
             answered, new_last, new_retry = await read(carrier, chunks, SSEParser(carrier._max), rpc_id, True)
+        except ValueError:  # an event or line over the limit: as a stream that ended (the call fails below)
+            break
         finally:
             await chunks.aclose()
             response.release()

@@ -17,9 +17,11 @@ Invariants: the exchange holds its pool connection (and slot) from the start unt
 message is complete (the connection back to the pool), the connection fails, or :meth:`abort`;
 after that ``conn`` is None and the parser's events no longer reach it. An event over the carrier's
 ``max_message_bytes`` fails the call (-32603, as the awaited path's parser refusal does) and closes
-the connection. The rare paths stay tasks (``task``): a stream that ended before its response is
-resumed with Last-Event-ID (gateway/upstreams/post_stream.py's ``resume``), and a request whose kept-alive
-connection proved closed before any byte of the answer is sent once more, afresh. Nothing is
+the connection; so does a body that is no stream once it is over that size (-32095), checked after
+each read that leaves it unfinished. The rare paths stay tasks (``task``): a stream that ended
+before its response is resumed with Last-Event-ID (gateway/upstreams/post_stream.py's ``resume``),
+and a request whose kept-alive connection proved closed before any byte of the answer is sent once
+more, afresh. Nothing is
 buffered beyond the parser's one unfinished event, so there is nothing to pause reading for (the
 awaited path pauses only when its own reading task falls behind, which cannot happen here).
 """
@@ -108,6 +110,10 @@ class QuickExchange:
             self._carrier.last_status = status
             self._sse = SSEParser(self._carrier._max)
             conn.after_read = self  # the events of each read, parsed once it is whole
+        elif conn is not None:
+            # A body that does not end in this read is measured after each read (after_read); one that
+            # does (the common answer) releases the connection first, which unsets this unheard.
+            conn.after_read = self
 
     def after_read(self) -> None:
         """A read of the stream was parsed: its events (every chunk of the read at once) are handled now,
@@ -116,6 +122,17 @@ class QuickExchange:
         if conn is None:
             return
         pieces = conn.body
+        if self._sse is None:
+            # A body that is no stream, gathered whole for its end: within max_message_bytes, else
+            # the call fails now and the connection is closed (a backend sending without end holds
+            # no more than that, and not until the call's deadline).
+            limit = self._carrier._max
+            if sum(map(len, pieces)) > limit:
+                pieces.clear()
+                self._stream_failed(
+                    jsonrpc.PAYLOAD_TOO_LARGE, f"backend {self._carrier._name} sent more than {limit} bytes"
+                )
+            return
         if pieces:
             body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             pieces.clear()
@@ -189,8 +206,9 @@ class QuickExchange:
         data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         pieces.clear()
         self.conn = None
-        self._pool.release(conn, keep_alive)
         carrier = self._carrier
+        # A body over the limit (the call fails in _answer) closes its connection, as on the awaited path.
+        self._pool.release(conn, keep_alive and len(data) <= carrier._max)
         carrier.last_status = self._status
         try:
             carrier._answer(self.message, self._status, data)

@@ -157,7 +157,13 @@ def test_uvicorn_internals_the_protocol_relies_on() -> None:
     """The HttpToolsProtocol and RequestResponseCycle parts coalesce.py and lean.py build on."""
     for name in ("_start_asgi_task", "on_response_complete", "timeout_keep_alive_handler", "on_body"):
         assert callable(getattr(HttpToolsProtocol, name))
-    assert "_unset_keepalive_if_required()" in inspect.getsource(HttpToolsProtocol.data_received)
+    # CoalescingHttpToolsProtocol.data_received replaces uvicorn's: it must do what uvicorn's does
+    # (reset the keep-alive state, feed the parser, answer its two exceptions) and nothing more.
+    data_received = inspect.getsource(HttpToolsProtocol.data_received)
+    assert "_unset_keepalive_if_required()" in data_received and "self.parser.feed_data(data)" in data_received
+    assert re.findall(r"except ([\w.]+)", data_received) == ["httptools.HttpParserError", "httptools.HttpParserUpgrade"]
+    for name in ("send_400_response", "_should_upgrade", "handle_websocket_upgrade", "_unsupported_upgrade_warning"):
+        assert name in data_received, name
     assert "self.pipeline.appendleft((self.cycle, app))" in inspect.getsource(HttpToolsProtocol.on_headers_complete)
     on_body = inspect.getsource(HttpToolsProtocol.on_body)
     assert "self.cycle.body += body" in on_body and "self.cycle.message_event.set()" in on_body

@@ -1,0 +1,323 @@
+"""Slow and silent HTTP clients against the gateway's own protocol (transports/coalesce.py).
+
+A real ``switchboard run`` with small client timeouts (limits.request_head_timeout_s,
+request_body_timeout_s) for the head and body cases, and an in-process server with the same
+protocol for the ones that need an app of their own (a response the client never reads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import uvicorn
+
+from gateway.config import Limits
+from gateway.transports.coalesce import HOLD_KEY, CoalescingHttpToolsProtocol
+from tests.gateway.transports.test_lean_cycle import post, read_response
+from tests.support import RunningGateway, initialize_request, run_gateway
+
+pytestmark = pytest.mark.timeout(60)
+
+HEAD_S = 0.5
+BODY_S = 0.5
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[RunningGateway]:
+    limits = {"request_head_timeout_s": HEAD_S, "request_body_timeout_s": BODY_S, "max_request_head_bytes": 16384}
+    with run_gateway({"limits": limits, "backends": {}}) as running:
+        yield running
+
+
+def _port(gw: RunningGateway) -> int:
+    return int(gw.url.rsplit(":", 1)[1])
+
+
+def _initialize() -> bytes:
+    body = json.dumps(initialize_request(1)).encode()
+    return post("/mcp", body, "Content-Type: application/json", "Accept: application/json, text/event-stream")
+
+
+async def _connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", port)
+
+
+async def _closed_after(reader: asyncio.StreamReader, within_s: float) -> bytes:
+    """Everything the server sent until it closed (which must happen within ``within_s``)."""
+    async with asyncio.timeout(within_s):
+        return await reader.read()
+
+
+async def _assert_408(reader: asyncio.StreamReader, what: str) -> None:
+    status, headers, body = await read_response(reader)
+    assert status == 408 and headers["connection"] == "close" and headers["content-type"] == "application/json"
+    answer = json.loads(body)
+    assert answer["id"] is None and answer["error"]["code"] == -32600
+    assert answer["error"]["message"] == f"Request {what} not received within {HEAD_S:g} s"
+    assert await _closed_after(reader, 2) == b""
+
+
+async def _next_call_fine(port: int) -> None:
+    reader, writer = await _connect(port)
+    try:
+        writer.write(_initialize())
+        status, _, body = await read_response(reader)
+        assert status == 200 and json.loads(body)["id"] == 1
+    finally:
+        writer.close()
+
+
+async def test_a_connection_that_sends_nothing_is_closed_silently(gateway: RunningGateway) -> None:
+    reader, writer = await _connect(_port(gateway))
+    try:
+        # uvicorn's keep-alive timeout (5 s) applies to a new connection too; before, it stayed open for good.
+        assert await _closed_after(reader, 8) == b""
+    finally:
+        writer.close()
+    await _next_call_fine(_port(gateway))
+
+
+@pytest.mark.parametrize(
+    "part",
+    [b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le", b"G", b"GET /healthz HTTP/1.1\r\n"],
+    ids=["half-head", "one-byte", "request-line-only"],
+)
+async def test_a_half_sent_head_gets_408(gateway: RunningGateway, part: bytes) -> None:
+    reader, writer = await _connect(_port(gateway))
+    try:
+        writer.write(part)
+        await _assert_408(reader, "head")
+    finally:
+        writer.close()
+    await _next_call_fine(_port(gateway))
+
+
+async def test_a_head_trickled_byte_by_byte_gets_408(gateway: RunningGateway) -> None:
+    """The head's timeout is for the whole head, not between segments: a trickle cannot hold on."""
+    port = _port(gateway)
+    reader, writer = await _connect(port)
+    head = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 100
+    try:
+        for byte in head:
+            writer.write(bytes([byte]))
+            await asyncio.sleep(0.05)  # 100 bytes at 20 a second: 5 s, ten times the timeout
+            if reader.at_eof() or reader._buffer:  # type: ignore[attr-defined]  # stop once answered
+                break
+        await _assert_408(reader, "head")
+    finally:
+        writer.close()
+
+
+async def test_a_head_that_never_ends_gets_431(gateway: RunningGateway) -> None:
+    """Within its timeout, a head sent as fast as the socket takes it stops at the head limit."""
+    port = _port(gateway)
+    reader, writer = await _connect(port)
+    try:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        sent = 0
+        with contextlib.suppress(ConnectionError):
+            while not reader.at_eof() and not reader._buffer and sent < 1 << 20:  # type: ignore[attr-defined]
+                writer.write(b"X-More: " + b"m" * 1000 + b"\r\n")  # separate segments: a write, then a pause
+                await writer.drain()
+                sent += 1010
+                await asyncio.sleep(0.005)
+        status, headers, body = await read_response(reader)
+        assert status == 431 and headers["connection"] == "close"
+        assert json.loads(body)["error"]["message"] == "Request head over 16384 bytes"
+        assert sent < 1 << 20
+    finally:
+        writer.close()
+    await _next_call_fine(port)
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length-lean", "chunked-uvicorn"])
+async def test_a_half_sent_body_gets_408(gateway: RunningGateway, chunked: bool) -> None:
+    """Both request cycles: the lean one (a plain POST with Content-Length) and uvicorn's (chunked)."""
+    port = _port(gateway)
+    reader, writer = await _connect(port)
+    common = "Host: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+    if chunked:
+        data = f'POST /mcp HTTP/1.1\r\n{common}Transfer-Encoding: chunked\r\n\r\n10\r\n{{"jsonrpc": "2.'.encode()
+    else:
+        data = f'POST /mcp HTTP/1.1\r\n{common}Content-Length: 100\r\n\r\n{{"jsonrpc":'.encode()
+    try:
+        writer.write(data)
+        await _assert_408(reader, "body")
+    finally:
+        writer.close()
+    await _next_call_fine(port)
+
+
+async def test_a_kept_alive_connection_then_half_a_head_gets_408(gateway: RunningGateway) -> None:
+    port = _port(gateway)
+    reader, writer = await _connect(port)
+    try:
+        writer.write(_initialize())
+        assert (await read_response(reader))[0] == 200
+        writer.write(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        await _assert_408(reader, "head")
+    finally:
+        writer.close()
+
+
+async def test_requests_in_time_are_untouched(gateway: RunningGateway) -> None:
+    """A request split over segments, each well within the timeouts, is served; so is the next one."""
+    port = _port(gateway)
+    reader, writer = await _connect(port)
+    data = _initialize()
+    try:
+        for start in range(0, len(data), 40):
+            writer.write(data[start : start + 40])
+            await asyncio.sleep(0.02)
+        assert (await read_response(reader))[0] == 200
+        writer.write(_initialize())
+        assert (await read_response(reader))[0] == 200
+    finally:
+        writer.close()
+
+
+# ---- a client that never reads its response --------------------------------------------------------
+
+
+class _BigAnswer:
+    """An app whose every response is 32 MiB: far more than the socket buffers hold."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.client_limits = limits  # what the gateway's FastPath offers the protocol
+        self.ended = asyncio.Event()
+        self.connections: set[Any] = set()  # the server's open client connections (uvicorn's server_state)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (message := await receive())["type"] != "lifespan.shutdown":
+                await send({"type": message["type"] + ".complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        try:
+            if scope["path"] == "/small":
+                await send({"type": "http.response.start", "status": 200, "headers": []})
+                await send({"type": "http.response.body", "body": b"small"})
+                return
+            if scope["path"] == "/close":
+                # A socket that holds little (as on a slow link), and an answer that does not fit in it
+                # but stays under the transport's high-water mark: the app never waits, and the close
+                # after it must wait for the bytes to leave, which they never do.
+                scope[HOLD_KEY].get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+                headers = [(b"content-type", b"text/plain"), (b"connection", b"close")]
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                await send({"type": "http.response.body", "body": b"x" * 48 * 1024})
+                return
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+            for _ in range(32):
+                await send({"type": "http.response.body", "body": b"x" * (1 << 20), "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            self.ended.set()
+
+
+@pytest.fixture
+async def big_answers() -> AsyncIterator[tuple[_BigAnswer, int]]:
+    async for served in _serve(_BigAnswer(Limits(response_send_timeout_s=0.5, max_client_connections=3))):
+        yield served
+
+
+async def _serve(app: _BigAnswer) -> AsyncIterator[tuple[_BigAnswer, int]]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(
+        app, http=CoalescingHttpToolsProtocol, lifespan="on", log_config=None, access_log=False, proxy_headers=False
+    )
+    server = uvicorn.Server(config)
+    app.connections = server.server_state.connections
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    async with asyncio.timeout(10):
+        while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn offers only the flag)
+            await asyncio.sleep(0.01)
+    try:
+        yield app, sock.getsockname()[1]
+    finally:
+        server.should_exit = True
+        async with asyncio.timeout(10):
+            await task
+
+
+async def test_a_client_that_never_reads_is_dropped(big_answers: tuple[_BigAnswer, int]) -> None:
+    app, port = big_answers
+    sock = socket.create_connection(("127.0.0.1", port))
+    try:
+        sock.sendall(b"GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        # The app's send waits on the full socket (flow control: memory stays bounded) until the
+        # send timeout drops the connection; then its task ends instead of waiting for good.
+        async with asyncio.timeout(10):
+            await app.ended.wait()
+        sock.setblocking(False)
+        received = 0
+        async with asyncio.timeout(5):  # what the socket buffers held, then the end (or a reset)
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := await asyncio.get_running_loop().sock_recv(sock, 1 << 20):
+                    received += len(chunk)
+        assert received < 32 << 20  # the response was cut: the connection was dropped, not drained
+    finally:
+        sock.close()
+    # The server still serves others.
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        status, _, body = await read_response(reader)
+        assert status == 200 and len(body) == 32 << 20
+    finally:
+        writer.close()
+
+
+async def test_connections_over_the_limit_get_503(big_answers: tuple[_BigAnswer, int]) -> None:
+    _app, port = big_answers  # max_client_connections=3
+    held = [await _connect(port) for _ in range(3)]
+    try:
+        reader, writer = await _connect(port)
+        try:
+            status, headers, body = await read_response(reader)
+            assert status == 503 and headers["connection"] == "close"
+            assert json.loads(body)["error"]["message"] == "Over 3 client connections; try again later"
+            assert await _closed_after(reader, 2) == b""
+        finally:
+            writer.close()
+        # The held ones are served; once one leaves, a new connection is too.
+        held[0][1].write(b"GET /small HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert (await read_response(held[0][0]))[0] == 200
+        held.pop()[1].close()
+        status = 503
+        async with asyncio.timeout(5):
+            while status == 503:  # until the server has seen that connection closed
+                reader, writer = await _connect(port)
+                try:
+                    writer.write(b"GET /small HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                    status = (await read_response(reader))[0]
+                finally:
+                    writer.close()
+        assert status == 200
+    finally:
+        for _, held_writer in held:
+            held_writer.close()
+
+
+async def test_a_close_that_cannot_drain_becomes_an_abort(big_answers: tuple[_BigAnswer, int]) -> None:
+    """A response with Connection: close to a client that reads nothing: asyncio's close waits for the
+    unsent bytes for good; past response_send_timeout_s the connection is aborted (its socket freed)."""
+    app, port = big_answers
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    try:
+        sock.sendall(b"GET /close HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        async with asyncio.timeout(10):
+            await app.ended.wait()
+            while app.connections:  # noqa: ASYNC110 (uvicorn's set of connections offers no event)
+                await asyncio.sleep(0.05)
+    finally:
+        sock.close()
