@@ -145,11 +145,14 @@ class Limits(_Model):
     )
     # Each connection costs a file descriptor and buffers: past this many the gateway answers 503 at
     # once rather than run into the process's open-file limit, where accepting fails for everyone.
-    # As many as the sessions a replica keeps (max_sessions).
-    max_client_connections: int = Field(
-        10000,
+    # By default derived from that limit, so that the cap always comes first and a raised limit (the
+    # 10,000 idle streams of issue 15 need one) raises the cap with it.
+    max_client_connections: int | None = Field(
+        None,
         ge=1,
-        description="Client connections (HTTP and WebSocket) open at once; one more gets a 503 and is closed.",
+        description="Client connections (HTTP and WebSocket) open at once; one more gets a 503 and is closed. "
+        "Default: the process's open-file limit (soft RLIMIT_NOFILE) less a tenth of it (at least 64), kept for "
+        "backends, logs and files.",
     )
     response_send_timeout_s: float = Field(
         60.0,

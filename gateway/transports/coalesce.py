@@ -19,7 +19,9 @@ the coalescing buffer at once, so that flow control (pause_writing) holds its se
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import resource
 from typing import Any, cast
 
 import httptools
@@ -58,7 +60,7 @@ class CoalescingTransport:
         self.is_lost = False  # a plain attribute (read per request by the door's cancel-on-disconnect)
         self._lost_watchers: list[asyncio.Future[None]] | None = None
         # The tasks to cancel when the connection is lost (hold/release; the Streamable HTTP door's
-        # _request adds and discards its task here itself, without the two calls).
+        # RequestRunner.run adds and discards its task here itself, without the two calls).
         self.held: set[asyncio.Task[Any]] = set()
         # How long a close may wait for unsent bytes to leave (the protocol's response_send_timeout_s).
         self.linger_s = 60.0
@@ -228,7 +230,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     # Like uvicorn's own, this narrows asyncio.Protocol's BaseTransport parameter to a Transport.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's signature
         coalescing = CoalescingTransport(transport, asyncio.get_running_loop())
-        super().connection_made(coalescing)  # type: ignore[arg-type]  # a duck-typed Transport: __getattr__ forwards
+        super().connection_made(coalescing)  # type: ignore[arg-type]  # a duck-typed Transport (it forwards)
         self._socket = transport  # asked is_closing() after every response: one call, not two
         # Settings that keep every request off the lean cycle (uvicorn's limit on concurrency answers
         # 503 in its own cycle; a root path changes the path the app sees).
@@ -258,11 +260,16 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         # anything stayed open for good (uvicorn arms its timer only after a response).
         self._idle_since = self.loop.time()
         self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self._keep_alive_due)
-        if len(self.connections) > limits.max_client_connections:
+        cap = connection_cap(limits.max_client_connections)
+        if len(self.connections) > cap:
             # Refused at once, per connection rather than per request (uvicorn's limit_concurrency
-            # would do it per request, and keep every request off the lean cycle).
-            self.logger.warning("Client connections over %d: a new one refused (503).", limits.max_client_connections)
-            body = _rpc_error(f"Over {limits.max_client_connections} client connections; try again later")
+            # would do it per request, and keep every request off the lean cycle). Said once a minute
+            # at most: a flood of connections must not become a flood of log lines.
+            now = self.loop.time()
+            if now >= _refusals_logged[0] + 60.0:
+                _refusals_logged[0] = now
+                self.logger.warning("Client connections over %d: new ones refused (503).", cap)
+            body = _rpc_error(f"Over {cap} client connections; try again later")
             self.transport.write(_closing_response(b"503 Service Unavailable", body, self.server_state.default_headers))
             self.transport.close()
 
@@ -515,6 +522,20 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
 
 _NOTHING, _HEAD, _BODY = 0, 1, 2  # what of a request a client owes (CoalescingHttpToolsProtocol._owed)
 _DEFAULT_LIMITS = Limits()  # for an app that names none (tests' own apps)
+_refusals_logged = [float("-inf")]  # when a refused connection was last logged (loop time)
+
+
+@functools.cache
+def connection_cap(configured: int | None) -> int:
+    """``limits.max_client_connections``, or by default the process's soft open-file limit less a tenth
+    of it (at least 64) for backends, logs and files: the 503 comes before accept() runs out of
+    descriptors. Read once per process (the limit is set before the server starts)."""
+    if configured is not None:
+        return configured
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1_000_000
+    return max(1, soft - max(64, soft // 10))
 
 
 def _rpc_error(message: str) -> bytes:

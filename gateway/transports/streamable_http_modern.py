@@ -123,7 +123,7 @@ def _check_param_headers(merged: Merged, headers: dict[bytes, bytes], message: d
 
 class RunRequest(Protocol):
     """How the Streamable HTTP door runs one request on a session and answers it (JSON, or SSE as
-    soon as something precedes the result): ``StreamableHttpDoor._request``."""
+    soon as something precedes the result): ``RequestRunner.run`` (request_runner.py)."""
 
     async def __call__(
         self,

@@ -321,3 +321,17 @@ async def test_a_close_that_cannot_drain_becomes_an_abort(big_answers: tuple[_Bi
                 await asyncio.sleep(0.05)
     finally:
         sock.close()
+
+
+def test_the_connection_cap_defaults_to_the_open_file_limit_less_a_reserve() -> None:
+    import resource
+
+    from gateway.transports.coalesce import connection_cap
+
+    assert connection_cap(3) == 3, "a configured cap is the cap"
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    derived = connection_cap(None)
+    if soft != resource.RLIM_INFINITY:
+        assert derived == max(1, soft - max(64, soft // 10))
+        assert derived < soft, "the 503 comes before accept() runs out of descriptors"
+    assert Limits().max_client_connections is None
