@@ -245,6 +245,16 @@ class QuietHandler:
     def on_mcpc_callback(self, conn: BackendConnection, message: dict[str, Any]) -> None: ...
 
 
+async def read_http_request(reader: asyncio.StreamReader) -> tuple[list[str], dict[str, str], bytes]:
+    """One HTTP/1.1 request off a raw server's stream (tests' hand-written backends): its head's lines
+    (the request line first), its headers (names lowercased) and its Content-Length body."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+    return lines, headers, body
+
+
 async def ready_then_call(
     name: str, config: Backend, method: str, params: dict[str, Any], ready_within_s: float = 20
 ) -> tuple[BackendConnection, float, dict[str, Any]]:

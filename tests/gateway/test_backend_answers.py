@@ -20,8 +20,9 @@ import pytest
 
 from gateway import jsonrpc
 from gateway.config import Backend
-from gateway.upstreams.connection import BackendConnection, CallOwner
+from gateway.upstreams.connection import BackendConnection
 from gateway.upstreams.http import HttpCarrier
+from tests.support import QuietHandler, read_http_request
 
 Answer = Callable[[dict[str, Any]], tuple[int, bytes]]
 
@@ -33,10 +34,7 @@ async def _serve(answer: Answer) -> AsyncIterator[str]:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-                body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+                lines, _headers, body = await read_http_request(reader)
                 if lines[0].startswith("POST"):
                     status, data = answer(orjson.loads(body))
                 else:
@@ -127,19 +125,13 @@ async def test_an_error_with_a_foreign_id_answers_the_request_it_refused() -> No
         ]
 
 
-class _Handler:
-    def on_connected(self, conn: BackendConnection) -> None: ...
-    def on_disconnected(self, conn: BackendConnection, reason: str) -> None: ...
-    def on_server_request(self, conn: BackendConnection, message: dict[str, Any], owner: CallOwner | None) -> None: ...
-    def on_notification(self, conn: BackendConnection, message: dict[str, Any]) -> None: ...
-    def on_mcpc_callback(self, conn: BackendConnection, message: dict[str, Any]) -> None: ...
-
-
 @pytest.mark.timeout(30)
 async def test_a_refused_probe_is_a_decisive_no_at_once() -> None:
     async with _serve(_sdk1_like) as url:
         config = Backend(transport="http", url=url)
-        conn = BackendConnection("t", config, lambda: HttpCarrier("t", url, {}, 1 << 20), _Handler(), {"name": "sb"})
+        conn = BackendConnection(
+            "t", config, lambda: HttpCarrier("t", url, {}, 1 << 20), QuietHandler(), {"name": "sb"}
+        )
         started = time.monotonic()
         await conn.start()
         try:

@@ -22,8 +22,9 @@ import pytest
 
 from gateway import errors, jsonrpc
 from gateway.config import Backend
-from gateway.upstreams.connection import BackendConnection, CallOwner
+from gateway.upstreams.connection import BackendConnection
 from gateway.upstreams.http import HttpCarrier
+from tests.support import QuietHandler, read_http_request
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -115,10 +116,7 @@ async def _serve() -> AsyncIterator[Server]:
         names: list[str] = []  # the calls this connection carried
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-                body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+                lines, _headers, body = await read_http_request(reader)
                 if not lines[0].startswith("POST"):
                     writer.write(b"HTTP/1.1 405 X\r\ncontent-length: 0\r\n\r\n")
                     continue
@@ -153,20 +151,12 @@ async def _serve() -> AsyncIterator[Server]:
         server.close()
 
 
-class _Handler:
-    def on_connected(self, conn: BackendConnection) -> None: ...
-    def on_disconnected(self, conn: BackendConnection, reason: str) -> None: ...
-    def on_server_request(self, conn: BackendConnection, message: dict[str, Any], owner: CallOwner | None) -> None: ...
-    def on_notification(self, conn: BackendConnection, message: dict[str, Any]) -> None: ...
-    def on_mcpc_callback(self, conn: BackendConnection, message: dict[str, Any]) -> None: ...
-
-
 @contextlib.asynccontextmanager
 async def _connected(server: Server) -> AsyncIterator[BackendConnection]:
     config = Backend(transport="http", url=server.url, era="legacy", timeout_s=TIMEOUT_S, mcpc="off")
     url = server.url
     conn = BackendConnection(
-        "hostile", config, lambda: HttpCarrier("hostile", url, {}, MAX_BYTES), _Handler(), {"name": "sb"}
+        "hostile", config, lambda: HttpCarrier("hostile", url, {}, MAX_BYTES), QuietHandler(), {"name": "sb"}
     )
     await conn.start()
     try:

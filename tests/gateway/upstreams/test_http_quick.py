@@ -22,8 +22,9 @@ import pytest
 
 from gateway import errors, jsonrpc
 from gateway.config import Backend
-from gateway.upstreams.connection import BackendConnection, CallOwner
+from gateway.upstreams.connection import BackendConnection
 from gateway.upstreams.http import HttpCarrier
+from tests.support import QuietHandler, read_http_request
 
 WAIT_S = 5.0
 INIT = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "raw"}}
@@ -60,10 +61,7 @@ async def _serve() -> AsyncIterator[Server]:
         seen.opened += 1
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-                body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+                lines, _headers, body = await read_http_request(reader)
                 if not lines[0].startswith("POST"):
                     writer.write(_response(405, b"text/plain", b""))
                     continue
@@ -127,19 +125,13 @@ class _Owner:
         self.delivered.append(message)
 
 
-class _Handler:
-    def on_connected(self, conn: BackendConnection) -> None: ...
-    def on_disconnected(self, conn: BackendConnection, reason: str) -> None: ...
-    def on_server_request(self, conn: BackendConnection, message: dict[str, Any], owner: CallOwner | None) -> None: ...
-    def on_notification(self, conn: BackendConnection, message: dict[str, Any]) -> None: ...
-    def on_mcpc_callback(self, conn: BackendConnection, message: dict[str, Any]) -> None: ...
-
-
 @contextlib.asynccontextmanager
 async def _connected(server: Server, timeout_s: float = 30.0) -> AsyncIterator[BackendConnection]:
     config = Backend(transport="http", url=server.url, era="legacy", timeout_s=timeout_s, mcpc="off")
     url = server.url
-    conn = BackendConnection("raw", config, lambda: HttpCarrier("raw", url, {}, 1 << 20), _Handler(), {"name": "sb"})
+    conn = BackendConnection(
+        "raw", config, lambda: HttpCarrier("raw", url, {}, 1 << 20), QuietHandler(), {"name": "sb"}
+    )
     await conn.start()
     try:
         assert await conn.wait_ready(WAIT_S)

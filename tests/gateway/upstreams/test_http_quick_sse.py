@@ -27,6 +27,7 @@ from gateway.config import Backend
 from gateway.upstreams import quick as quick_module
 from gateway.upstreams.connection import BackendConnection, CallOwner
 from gateway.upstreams.http import HttpCarrier
+from tests.support import read_http_request
 
 WAIT_S = 5.0
 MAX_BYTES = 4096
@@ -109,10 +110,7 @@ async def _serve() -> AsyncIterator[Server]:
         seen.opened += 1
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-                body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+                lines, headers, body = await read_http_request(reader)
                 if lines[0].startswith("GET") and "last-event-id" in headers:
                     seen.resumed_with.append(headers["last-event-id"])
                     done = jsonrpc.result(seen.resumed_id, {"content": [{"type": "text", "text": "resumed"}]})
