@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -345,10 +345,11 @@ async def gone(pid: int, timeout_s: float = 10.0) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def served_by_gateway_protocol(app: Any, gateway: Any, backend: str) -> AsyncIterator[tuple[Any, int]]:
+async def served_by_protocol(app: Any, **options: Any) -> AsyncIterator[tuple[Any, int]]:
     """``app`` under a real uvicorn server with the gateway's own HTTP protocol (lean cycle, write
-    batch: gateway/transports/coalesce.py) on a free loopback port, once ``backend`` is ready; yields
-    the server and its port, and stops the server on the way out."""
+    batch, client limits: gateway/transports/coalesce.py) on a free loopback port, configured as
+    gateway/cli.py does (``options``: more uvicorn settings); yields the server and its port, and stops
+    the server on the way out."""
     import socket
 
     import uvicorn
@@ -358,17 +359,43 @@ async def served_by_gateway_protocol(app: Any, gateway: Any, backend: str) -> As
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(
-        app, http=CoalescingHttpToolsProtocol, lifespan="on", log_config=None, access_log=False, proxy_headers=False
+        app,
+        http=CoalescingHttpToolsProtocol,
+        lifespan="on",
+        log_config=None,
+        access_log=False,
+        proxy_headers=False,  # as gateway/cli.py: uvicorn's middleware would hide the app's lean paths
+        **options,
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     async with asyncio.timeout(10):
         while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn offers only the flag)
             await asyncio.sleep(0.01)
-        assert await gateway.connections[backend].wait_ready(10)
     try:
         yield server, sock.getsockname()[1]
     finally:
         server.should_exit = True
         async with asyncio.timeout(10):
             await task
+
+
+@contextlib.asynccontextmanager
+async def served_by_gateway_protocol(app: Any, gateway: Any, backend: str) -> AsyncIterator[tuple[Any, int]]:
+    """:func:`served_by_protocol`, once ``backend`` is ready."""
+    async with served_by_protocol(app) as (server, port):
+        assert await gateway.connections[backend].wait_ready(10)
+        yield server, port
+
+
+@contextlib.asynccontextmanager
+async def raw_http_server(
+    handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+) -> AsyncIterator[str]:
+    """A hand-written backend on a free loopback port (``handle`` serves each connection, e.g. with
+    :func:`read_http_request`): yields its ``/mcp`` URL, and closes it on the way out."""
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/mcp"
+    finally:
+        server.close()

@@ -22,7 +22,7 @@ from gateway import jsonrpc
 from gateway.config import Backend
 from gateway.upstreams.connection import BackendConnection
 from gateway.upstreams.http import HttpCarrier
-from tests.support import QuietHandler, read_http_request
+from tests.support import QuietHandler, raw_http_server, read_http_request
 
 Answer = Callable[[dict[str, Any]], tuple[int, bytes]]
 
@@ -50,12 +50,8 @@ async def _serve(answer: Answer) -> AsyncIterator[str]:
         finally:
             writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        server.close()
+    async with raw_http_server(handle) as url:
+        yield url
 
 
 def _lines(*messages: dict[str, Any]) -> bytes:

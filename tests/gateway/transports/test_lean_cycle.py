@@ -14,19 +14,18 @@ import gc
 import inspect
 import json
 import re
-import socket
 import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import uvicorn
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from gateway.transports.coalesce import ABORT_KEY, LOST_KEY, CoalescingHttpToolsProtocol, CoalescingTransport
+from gateway.transports.coalesce import ABORT_KEY, LOST_KEY, CoalescingTransport
 from gateway.transports.http_common import answered_now, body_at_hand, read_body, send_bytes
 from gateway.transports.lean import BODY_KEY, HEADERS_KEY, UNIQUE_HEADERS_KEY, LeanCycle
+from tests.support import served_by_protocol
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -88,30 +87,9 @@ class Probe:
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[Probe, int]]:
     probe = Probe()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        probe,
-        http=CoalescingHttpToolsProtocol,
-        lifespan="on",
-        log_config=None,
-        access_log=False,
-        proxy_headers=False,  # as gateway/cli.py: uvicorn's middleware would hide the app's lean paths
-        timeout_keep_alive=1,
-    )
-    server = uvicorn.Server(config)
-    probe.tasks = server.server_state.tasks
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    async with asyncio.timeout(10):
-        while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn offers only the flag)
-            await asyncio.sleep(0.01)
-    try:
+    async with served_by_protocol(probe, timeout_keep_alive=1) as (server, port):
+        probe.tasks = server.server_state.tasks
         yield probe, port
-    finally:
-        server.should_exit = True
-        async with asyncio.timeout(10):
-            await task
 
 
 def post(path: str, body: bytes, *headers: str, version: str = "1.1") -> bytes:

@@ -15,12 +15,11 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 
 from gateway.config import Limits
-from gateway.transports.coalesce import HOLD_KEY, CoalescingHttpToolsProtocol
+from gateway.transports.coalesce import HOLD_KEY
 from tests.gateway.transports.test_lean_cycle import post, read_response
-from tests.support import RunningGateway, initialize_request, run_gateway
+from tests.support import RunningGateway, initialize_request, run_gateway, served_by_protocol
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -228,23 +227,9 @@ async def big_answers() -> AsyncIterator[tuple[_BigAnswer, int]]:
 
 
 async def _serve(app: _BigAnswer) -> AsyncIterator[tuple[_BigAnswer, int]]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(
-        app, http=CoalescingHttpToolsProtocol, lifespan="on", log_config=None, access_log=False, proxy_headers=False
-    )
-    server = uvicorn.Server(config)
-    app.connections = server.server_state.connections
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    async with asyncio.timeout(10):
-        while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn offers only the flag)
-            await asyncio.sleep(0.01)
-    try:
-        yield app, sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        async with asyncio.timeout(10):
-            await task
+    async with served_by_protocol(app) as (server, port):
+        app.connections = server.server_state.connections
+        yield app, port
 
 
 async def test_a_client_that_never_reads_is_dropped(big_answers: tuple[_BigAnswer, int]) -> None:

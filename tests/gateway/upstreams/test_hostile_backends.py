@@ -24,7 +24,7 @@ from gateway import errors, jsonrpc
 from gateway.config import Backend
 from gateway.upstreams.connection import BackendConnection
 from gateway.upstreams.http import HttpCarrier
-from tests.support import QuietHandler, read_http_request
+from tests.support import QuietHandler, raw_http_server, read_http_request
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -143,12 +143,8 @@ async def _serve() -> AsyncIterator[Server]:
             seen.closed.update(names)
             writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    seen.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/mcp"
-    try:
+    async with raw_http_server(handle) as seen.url:
         yield seen
-    finally:
-        server.close()
 
 
 @contextlib.asynccontextmanager

@@ -27,7 +27,7 @@ from gateway.config import Backend
 from gateway.upstreams import quick as quick_module
 from gateway.upstreams.connection import BackendConnection, CallOwner
 from gateway.upstreams.http import HttpCarrier
-from tests.support import read_http_request
+from tests.support import raw_http_server, read_http_request
 
 WAIT_S = 5.0
 MAX_BYTES = 4096
@@ -141,12 +141,8 @@ async def _serve() -> AsyncIterator[Server]:
             seen.closed += 1
             writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    seen.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/mcp"
-    try:
+    async with raw_http_server(handle) as seen.url:
         yield seen
-    finally:
-        server.close()
 
 
 pytestmark = pytest.mark.usefixtures("quick")
