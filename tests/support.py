@@ -255,6 +255,35 @@ async def read_http_request(reader: asyncio.StreamReader) -> tuple[list[str], di
     return lines, headers, body
 
 
+@contextlib.asynccontextmanager
+async def http_backend(
+    url: str,
+    *,
+    max_bytes: int = 1 << 20,
+    timeout_s: float = 30.0,
+    handler: Any = None,
+    name: str = "raw",
+    wait_s: float = 5.0,
+) -> AsyncIterator[BackendConnection]:
+    """A started legacy-era connection to the HTTP backend at ``url`` (MCPC off), ready within ``wait_s``;
+    closed on the way out. ``handler``: who hears the backend (default a :class:`QuietHandler`)."""
+    from gateway.config import Backend
+    from gateway.upstreams.connection import BackendConnection
+    from gateway.upstreams.http import HttpCarrier
+
+    config = Backend(transport="http", url=url, era="legacy", timeout_s=timeout_s, mcpc="off")
+    conn = BackendConnection(
+        name, config, lambda: HttpCarrier(name, url, {}, max_bytes), handler or QuietHandler(), {"name": "sb"}
+    )
+    await conn.start()
+    try:
+        assert await conn.wait_ready(wait_s)
+        yield conn
+    finally:
+        async with asyncio.timeout(wait_s):
+            await conn.close()
+
+
 async def ready_then_call(
     name: str, config: Backend, method: str, params: dict[str, Any], ready_within_s: float = 20
 ) -> tuple[BackendConnection, float, dict[str, Any]]:

@@ -21,10 +21,8 @@ import orjson
 import pytest
 
 from gateway import errors, jsonrpc
-from gateway.config import Backend
 from gateway.upstreams.connection import BackendConnection
-from gateway.upstreams.http import HttpCarrier
-from tests.support import QuietHandler, raw_http_server, read_http_request
+from tests.support import http_backend, raw_http_server, read_http_request
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -149,18 +147,10 @@ async def _serve() -> AsyncIterator[Server]:
 
 @contextlib.asynccontextmanager
 async def _connected(server: Server) -> AsyncIterator[BackendConnection]:
-    config = Backend(transport="http", url=server.url, era="legacy", timeout_s=TIMEOUT_S, mcpc="off")
-    url = server.url
-    conn = BackendConnection(
-        "hostile", config, lambda: HttpCarrier("hostile", url, {}, MAX_BYTES), QuietHandler(), {"name": "sb"}
-    )
-    await conn.start()
-    try:
-        assert await conn.wait_ready(WAIT_S)
+    async with http_backend(
+        server.url, max_bytes=MAX_BYTES, timeout_s=TIMEOUT_S, name="hostile", wait_s=WAIT_S
+    ) as conn:
         yield conn
-    finally:
-        async with asyncio.timeout(WAIT_S):
-            await conn.close()
 
 
 async def _call(conn: BackendConnection, name: str) -> dict[str, Any]:

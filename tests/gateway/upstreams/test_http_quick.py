@@ -21,10 +21,8 @@ import orjson
 import pytest
 
 from gateway import errors, jsonrpc
-from gateway.config import Backend
 from gateway.upstreams.connection import BackendConnection
-from gateway.upstreams.http import HttpCarrier
-from tests.support import QuietHandler, raw_http_server, read_http_request
+from tests.support import http_backend, raw_http_server, read_http_request
 
 WAIT_S = 5.0
 INIT = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "raw"}}
@@ -123,18 +121,8 @@ class _Owner:
 
 @contextlib.asynccontextmanager
 async def _connected(server: Server, timeout_s: float = 30.0) -> AsyncIterator[BackendConnection]:
-    config = Backend(transport="http", url=server.url, era="legacy", timeout_s=timeout_s, mcpc="off")
-    url = server.url
-    conn = BackendConnection(
-        "raw", config, lambda: HttpCarrier("raw", url, {}, 1 << 20), QuietHandler(), {"name": "sb"}
-    )
-    await conn.start()
-    try:
-        assert await conn.wait_ready(WAIT_S)
+    async with http_backend(server.url, timeout_s=timeout_s, wait_s=WAIT_S) as conn:
         yield conn
-    finally:
-        async with asyncio.timeout(WAIT_S):
-            await conn.close()
 
 
 async def _until(condition: Any) -> None:

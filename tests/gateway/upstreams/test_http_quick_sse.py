@@ -23,11 +23,9 @@ import orjson
 import pytest
 
 from gateway import errors, jsonrpc
-from gateway.config import Backend
 from gateway.upstreams import quick as quick_module
 from gateway.upstreams.connection import BackendConnection, CallOwner
-from gateway.upstreams.http import HttpCarrier
-from tests.support import raw_http_server, read_http_request
+from tests.support import http_backend, raw_http_server, read_http_request
 
 WAIT_S = 5.0
 MAX_BYTES = 4096
@@ -182,22 +180,12 @@ class _Handler:
 async def _connected(
     server: Server, quick: list[str], handler: _Handler | None = None
 ) -> AsyncIterator[BackendConnection]:
-    config = Backend(transport="http", url=server.url, era="legacy", timeout_s=30.0, mcpc="off")
-    url = server.url
-    conn = BackendConnection(
-        "raw", config, lambda: HttpCarrier("raw", url, {}, MAX_BYTES), handler or _Handler(), {"name": "sb"}
-    )
-    await conn.start()
-    try:
-        assert await conn.wait_ready(WAIT_S)
+    async with http_backend(server.url, max_bytes=MAX_BYTES, handler=handler or _Handler(), wait_s=WAIT_S) as conn:
         async with asyncio.timeout(WAIT_S):
             await conn.request("tools/call", {"name": "warm1", "arguments": {}})
             await conn.request("tools/call", {"name": "warm2", "arguments": {}})
         assert quick[-1:] == ["warm2"]  # from here on calls find an idle connection: the quick way
         yield conn
-    finally:
-        async with asyncio.timeout(WAIT_S):
-            await conn.close()
 
 
 async def _until(condition: Any) -> None:
