@@ -248,10 +248,10 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         }
         self._lean_limit: int = getattr(self.app, "lean_body_limit", 0)
         limits: Limits = getattr(self.app, "client_limits", None) or _DEFAULT_LIMITS
-        self._head_timeout = limits.request_head_timeout_s
-        self._body_timeout = limits.request_body_timeout_s
-        self._send_timeout = coalescing.linger_s = limits.response_send_timeout_s
-        self._head_limit = limits.max_request_head_bytes
+        # The limits object itself, not copies of its fields: read only when a client is slow, and one
+        # attribute per connection rather than four (10,000 idle streams hold as many connections).
+        self._limits = limits
+        coalescing.linger_s = limits.response_send_timeout_s
         self._head_bytes = 0  # of a head that takes more than one segment, after its first
         self._owed = _NOTHING  # what of a request the client still owes (see data_received)
         self._owed_since = 0.0
@@ -420,13 +420,18 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
                 # Counted from its second segment: the first may hold a whole earlier request (pipelined),
                 # and one segment is at most what asyncio reads at once (256 KiB).
                 self._head_bytes += size
-                if self._head_bytes > self._head_limit:
+                if self._head_bytes > self._limits.max_request_head_bytes:
                     self._head_too_large()
             return
         self._owed = owed
         self._head_bytes = 0
         self._owed_since = now = self.loop.time()
-        self._due_by(now + (self._head_timeout if owed == _HEAD else self._body_timeout))
+        self._due_by(now + self._allowed(owed))
+
+    def _allowed(self, owed: int) -> float:
+        """The time a client has to send the head or body it owes."""
+        limits = self._limits
+        return limits.request_head_timeout_s if owed == _HEAD else limits.request_body_timeout_s
 
     def _due_by(self, when: float) -> None:
         """Have the timer due no later than ``when``."""
@@ -441,7 +446,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         # The socket's buffer is full: the client reads slower than we write, or not at all.
         super().pause_writing()
         self._stalled_since = now = self.loop.time()
-        self._due_by(now + self._send_timeout)
+        self._due_by(now + self._limits.response_send_timeout_s)
 
     def on_response_complete(self) -> None:
         self.server_state.total_requests += 1
@@ -462,9 +467,10 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     def _keep_alive_due(self) -> None:
         self.timeout_keep_alive_task = None
         if self.flow.write_paused:
-            due = self._stalled_since + self._send_timeout
+            send_timeout = self._limits.response_send_timeout_s
+            due = self._stalled_since + send_timeout
             if due <= self.loop.time():
-                self.logger.info("Client read nothing for %.0f s: connection dropped.", self._send_timeout)
+                self.logger.info("Client read nothing for %.0f s: connection dropped.", send_timeout)
                 self.transport.abort()  # a close would wait for the buffer to drain, which it never does
                 return
             self._due_by(due)
@@ -473,7 +479,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             now = self.loop.time()
             if self.flow.read_paused:
                 self._owed_since = now  # we stopped reading (pipelining, a body not taken yet): not the client's delay
-            due = self._owed_since + (self._head_timeout if owed == _HEAD else self._body_timeout)
+            due = self._owed_since + self._allowed(owed)
             if due > now:
                 self._due_by(due)
             else:
@@ -491,9 +497,10 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     def _head_too_large(self) -> None:
         cycle = self.cycle
         self._owed = _NOTHING
-        self.logger.info("Request head over %d bytes: 431, connection closed.", self._head_limit)
+        head_limit = self._limits.max_request_head_bytes
+        self.logger.info("Request head over %d bytes: 431, connection closed.", head_limit)
         if cycle is None or cycle.response_complete:  # else an earlier response is under way: just close
-            body = _rpc_error(f"Request head over {self._head_limit} bytes")
+            body = _rpc_error(f"Request head over {head_limit} bytes")
             status = b"431 Request Header Fields Too Large"
             self.transport.write(_closing_response(status, body, self.server_state.default_headers))
         self.transport.close()
@@ -512,7 +519,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         else:
             answer = cycle is None or cycle.response_complete
         what = "head" if owed == _HEAD else "body"
-        limit = self._head_timeout if owed == _HEAD else self._body_timeout
+        limit = self._allowed(owed)
         self.logger.info("Request %s not received within %g s: 408, connection closed.", what, limit)
         if answer:
             body = _rpc_error(f"Request {what} not received within {limit:g} s")
