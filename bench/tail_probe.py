@@ -38,7 +38,7 @@ _MAX_EVENTS = 2_000_000  # bounded: a long run keeps its first events
 
 def _install(out: str) -> None:
     from gateway import collector
-    from gateway.transports.coalesce import CoalescingHttpToolsProtocol as Protocol
+    from gateway.transports.http_protocol import CoalescingHttpToolsProtocol as Protocol
 
     collections_run: list[tuple[float, int, float, int]] = []
     # Arrays, not lists of tuples: a tuple kept per request would itself feed the collector.

@@ -68,7 +68,7 @@ class FastPath:
         self.lean_posts = frozenset(path.encode() for path in lean)
         self.lean_body_limit = lean_body_limit
         # The client timeouts the gateway's protocol applies to every connection (request head, body, a
-        # response the client does not read): transports/coalesce.py reads them here.
+        # response the client does not read): transports/http_protocol.py reads them here.
         self.client_limits = client_limits
         # ... and what serves each (raw path -> (path, handler)): the entrance for a request known to
         # be a plain HTTP POST to that exact path, so asked nothing dispatch would ask of it.
@@ -101,7 +101,7 @@ class FastPath:
         self, handler: Callable[[Any, Any, Any], Awaitable[None]]
     ) -> Callable[[Any, Any, Any], Awaitable[None]]:
         """:meth:`dispatch` for a plain HTTP POST to the exact path ``handler`` serves (the gateway's
-        protocol knows it is one: transports/coalesce.py): the same rule and token wait, then the door."""
+        protocol knows it is one: transports/http_protocol.py): the same rule and token wait, then the door."""
         check, auth_pending = self._guard.check, self._auth_pending
 
         def serve(scope: Any, receive: Any, send: Any) -> Awaitable[None]:

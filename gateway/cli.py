@@ -257,7 +257,7 @@ async def _serve(config: Config, config_path: str | None = None, role: WorkerRol
 
     from gateway.app import build_app, front_doors
     from gateway.collector import tune_collector
-    from gateway.transports.coalesce import CoalescingHttpToolsProtocol
+    from gateway.transports.http_protocol import CoalescingHttpToolsProtocol
     from gateway.transports.ws_server import SafeWebSocketProtocol
     from gateway.workers import gateway_server, listening_socket
 

@@ -376,14 +376,14 @@ async def gone(pid: int, timeout_s: float = 10.0) -> bool:
 @contextlib.asynccontextmanager
 async def served_by_protocol(app: Any, **options: Any) -> AsyncIterator[tuple[Any, int]]:
     """``app`` under a real uvicorn server with the gateway's own HTTP protocol (lean cycle, write
-    batch, client limits: gateway/transports/coalesce.py) on a free loopback port, configured as
+    batch, client limits: gateway/transports/http_protocol.py) on a free loopback port, configured as
     gateway/cli.py does (``options``: more uvicorn settings); yields the server and its port, and stops
     the server on the way out."""
     import socket
 
     import uvicorn
 
-    from gateway.transports.coalesce import CoalescingHttpToolsProtocol
+    from gateway.transports.http_protocol import CoalescingHttpToolsProtocol
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

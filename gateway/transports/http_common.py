@@ -133,7 +133,7 @@ def accepts(scope: Scope, *types: str) -> bool:
 
 def drop_hook(scope: Scope) -> Callable[[], object]:
     """How to cut this client off when it stops reading: abort its connection if the server lets
-    us (see transports/coalesce.py), else cancel the writing task."""
+    us (see transports/http_protocol.py), else cancel the writing task."""
     abort: Callable[[], None] | None = scope.get("switchboard.abort")
     if abort is not None:
         return abort
@@ -180,7 +180,7 @@ async def send_unauthorized(send: Send, scope: Scope, reason: str, error: str | 
 def watch_disconnect(scope: Scope, receive: Receive) -> asyncio.Future[None]:
     """A future done when the client has gone. Cancel it when the request is over.
 
-    Under the gateway's own protocol (transports/coalesce.py) it is a plain future the connection
+    Under the gateway's own protocol (transports/http_protocol.py) it is a plain future the connection
     resolves when lost; elsewhere (other ASGI servers, in-process tests) a task reading ``receive``.
     """
     watch = scope.get(LOST_KEY)

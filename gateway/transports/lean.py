@@ -1,6 +1,6 @@
 """A lean request cycle for plain POSTs to the MCP doors (issue 15): uvicorn's cycle minus what they never use.
 
-The gateway's protocol (transports/coalesce.py) gives this cycle, instead of uvicorn's
+The gateway's protocol (transports/http_protocol.py) gives this cycle, instead of uvicorn's
 ``RequestResponseCycle``, to a keep-alive HTTP/1.1 ``POST`` to an exact door path (no query) with a
 ``Content-Length`` body within ``limits.max_body_bytes``, no ``Expect``, no ``Transfer-Encoding``, no
 ``Connection: close``, no upgrade and no repeated header. Everything else keeps uvicorn's cycle.

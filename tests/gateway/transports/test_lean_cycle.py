@@ -132,7 +132,7 @@ async def exchange(port: int, data: bytes, count: int = 1) -> list[tuple[int, di
 
 
 def test_uvicorn_internals_the_protocol_relies_on() -> None:
-    """The HttpToolsProtocol and RequestResponseCycle parts coalesce.py and lean.py build on."""
+    """The HttpToolsProtocol and RequestResponseCycle parts http_protocol.py and lean.py build on."""
     for name in ("_start_asgi_task", "on_response_complete", "timeout_keep_alive_handler", "on_body"):
         assert callable(getattr(HttpToolsProtocol, name))
     # CoalescingHttpToolsProtocol.data_received replaces uvicorn's: it must do what uvicorn's does

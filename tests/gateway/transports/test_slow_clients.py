@@ -311,7 +311,7 @@ async def test_a_close_that_cannot_drain_becomes_an_abort(big_answers: tuple[_Bi
 def test_the_connection_cap_defaults_to_the_open_file_limit_less_a_reserve() -> None:
     import resource
 
-    from gateway.transports.coalesce import connection_cap
+    from gateway.transports.http_protocol import connection_cap
 
     assert connection_cap(3) == 3, "a configured cap is the cap"
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -1,0 +1,370 @@
+"""The gateway's HTTP/1.1 server protocol: uvicorn's httptools protocol with the coalescing transport
+(transports/coalesce.py), the lean cycle for plain POSTs to the MCP doors (transports/lean.py), one
+keep-alive timer per idle period, and every client held to the ``limits`` (gateway/config.py).
+
+The limits cost no timer or clock read for a request that arrives whole: a connection that sends
+nothing is closed silently after ``keep_alive_timeout_s``, as is one idle that long between requests;
+a request head, then its body, that does not arrive within ``request_head_timeout_s`` /
+``request_body_timeout_s`` gets a 408; a head over ``max_request_head_bytes`` a 431; a connection
+beyond ``max_client_connections`` a 503 (each then closes); a client that reads nothing for
+``response_send_timeout_s`` while its socket is full, or while a close waits on it, is aborted
+(ADR 0023).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import resource
+from typing import Any, cast
+
+import httptools
+from uvicorn._types import ASGI3Application
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+from gateway.config import Limits
+from gateway.transports.coalesce import ABORT_KEY, HOLD_KEY, LOST_KEY, CoalescingTransport
+from gateway.transports.lean import HEADERS_KEY, UNIQUE_HEADERS_KEY, LeanCycle
+
+
+class CoalescingHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's protocol with the coalescing transport, the gateway's scope keys, the lean cycle for
+    plain POSTs to the MCP doors (transports/lean.py) and a keep-alive timer armed once per idle
+    period rather than once per response.
+
+    Relies on uvicorn's HttpToolsProtocol internals (pinned by tests/gateway/transports/test_lean_cycle.py):
+    its parser callbacks, ``cycle``/``pipeline``/``_start_asgi_task``, and ``_unset_keepalive_if_required``
+    being what ``data_received`` calls on every segment. A lean request's body callbacks (``on_body``,
+    ``on_message_complete``) are this class's own."""
+
+    # Like uvicorn's own, this narrows asyncio.Protocol's BaseTransport parameter to a Transport.
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's signature
+        coalescing = CoalescingTransport(transport, asyncio.get_running_loop())
+        super().connection_made(coalescing)  # type: ignore[arg-type]  # a duck-typed Transport (it forwards)
+        self._socket = transport  # asked is_closing() after every response: one call, not two
+        # Settings that keep every request off the lean cycle (uvicorn's limit on concurrency answers
+        # 503 in its own cycle; a root path changes the path the app sees).
+        self._lean_allowed = self.limit_concurrency is None and not self.root_path
+        # Per connection, not per request: bound methods put in every request's scope.
+        self._abort = transport.abort
+        self._watch_lost = coalescing.watch_lost
+        self._idle_since: float | None = None
+        # The paths FastPath (gateway/app.py) serves straight from a door (raw path -> its path and what
+        # serves a POST to it, made once by the app), and its body limit.
+        self._lean_posts: dict[bytes, tuple[str, ASGI3Application]] = getattr(self.app, "lean_doors", None) or {
+            # Another app: its dispatch (the app without a coroutine frame of its own) or itself.
+            p: (p.decode("ascii"), getattr(self.app, "dispatch", self.app))
+            for p in getattr(self.app, "lean_posts", ())
+        }
+        self._lean_limit: int = getattr(self.app, "lean_body_limit", 0)
+        limits: Limits = getattr(self.app, "client_limits", None) or _DEFAULT_LIMITS
+        # The limits object itself, not copies of its fields: read only when a client is slow, and one
+        # attribute per connection rather than four (10,000 idle streams hold as many connections).
+        self._limits = limits
+        coalescing.linger_s = limits.response_send_timeout_s
+        self._head_bytes = 0  # of a head that takes more than one segment, after its first
+        self._owed = _NOTHING  # what of a request the client still owes (see data_received)
+        self._owed_since = 0.0
+        self._stalled_since = 0.0  # when the socket last filled up (pause_writing)
+        # A new connection is idle until its first byte: without this timer one that never sends
+        # anything stayed open for good (uvicorn arms its timer only after a response).
+        self._idle_since = self.loop.time()
+        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self._keep_alive_due)
+        cap = connection_cap(limits.max_client_connections)
+        if len(self.connections) > cap:
+            # Refused at once, per connection rather than per request (uvicorn's limit_concurrency
+            # would do it per request, and keep every request off the lean cycle). Said once a minute
+            # at most: a flood of connections must not become a flood of log lines.
+            now = self.loop.time()
+            if now >= _refusals_logged[0] + 60.0:
+                _refusals_logged[0] = now
+                self.logger.warning("Client connections over %d: new ones refused (503).", cap)
+            body = _rpc_error(f"Over {cap} client connections; try again later")
+            self.transport.write(_closing_response(b"503 Service Unavailable", body, self.server_state.default_headers))
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if self.timeout_keep_alive_task is not None:
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = None
+        cast(CoalescingTransport, self.transport).lost()
+
+    def data_received(self, data: bytes) -> None:
+        # uvicorn's (the parser fed, a bad request answered 400, an upgrade handed over), with the
+        # keep-alive flag set here rather than in a call, and then the one question the request
+        # timeouts need: did this segment leave a request unfinished? For a request that arrives
+        # whole (every plain POST) the answer costs three attribute reads and no clock.
+        self._idle_since = None  # busy: the pending keep-alive timer will not close
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            self.logger.warning("Invalid HTTP request received.")
+            self.send_400_response("Invalid HTTP request received.")
+            return
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope and not cycle.more_body:
+            if self._owed:  # the request that was owed is whole now
+                self._owed = _NOTHING
+            return
+        # A head begun (its scope has no cycle yet) or a body unfinished: the client owes the rest.
+        self._owe(_HEAD if cycle is None or cycle.scope is not self.scope else _BODY, len(data))
+
+    def on_headers_complete(self) -> None:
+        if self.url in self._lean_posts and self._lean_start():
+            return
+        super().on_headers_complete()
+        # A door that must drop a client which stopped reading cannot finish its response (the
+        # send is blocked on a full socket); aborting the connection is the clean way out.
+        # The scope is a plain dict at runtime; uvicorn's HTTPScope TypedDict lists only the ASGI spec's keys.
+        scope: dict[str, Any] = self.scope  # type: ignore[assignment]  # a plain dict; HTTPScope lists the spec's keys
+        scope[ABORT_KEY] = self._abort
+        scope[LOST_KEY] = self._watch_lost
+        scope[HOLD_KEY] = self.transport
+
+    def _lean_start(self) -> bool:
+        """Start a plain POST to a door path on the lean cycle; False (nothing done) for anything else."""
+        parser = self.parser
+        if (
+            self.expect_100_continue
+            or not self._lean_allowed
+            or parser.get_method() != b"POST"
+            or not parser.should_keep_alive()  # HTTP/1.0 without keep-alive, or Connection: close
+            or parser.should_upgrade()
+        ):
+            return False
+        headers = self.headers
+        table = dict(headers)
+        if len(table) != len(headers) or b"transfer-encoding" in table:
+            return False  # a repeated header (Host, Origin, Content-Length...) or a chunked body: uvicorn's way
+        # Kept alive without a Connection header is HTTP/1.1 (llhttp); only with one ask the version,
+        # which costs more than everything else here (httptools formats it).
+        if b"connection" in table and parser.get_http_version() != "1.1":
+            return False
+        declared = table.get(b"content-length")
+        if declared is None or not declared.isdigit() or int(declared) > self._lean_limit:
+            return False  # the door answers 411/413 the usual way
+        scope: dict[str, Any] = self.scope  # type: ignore[assignment]  # a plain dict; HTTPScope lists the spec's keys
+        scope["method"] = "POST"
+        scope["path"], app = self._lean_posts[self.url]
+        scope["raw_path"] = self.url
+        scope["query_string"] = b""
+        scope[HEADERS_KEY] = table
+        scope[UNIQUE_HEADERS_KEY] = table
+        scope[ABORT_KEY] = self._abort
+        scope[LOST_KEY] = self._watch_lost
+        scope[HOLD_KEY] = self.transport
+        existing = self.cycle
+        cycle = LeanCycle(
+            self.scope,
+            self.transport,
+            self.flow,
+            self.server_state.default_headers,
+            True,
+            self.on_response_complete,
+            self.tasks,
+            self.loop,
+        )
+        self.cycle = cycle
+        if existing is None or existing.response_complete:
+            self._start_asgi_task(cycle, app)
+        else:  # pipelined behind a response still under way, as uvicorn queues it
+            self.flow.pause_reading()
+            self.pipeline.appendleft((cycle, app))
+        return True
+
+    # A lean request is never an upgrade (_lean_start refuses one): its body needs none of the
+    # parser questions uvicorn asks of every segment, nor the message_event lookup.
+
+    def on_body(self, body: bytes) -> None:
+        cycle = self.cycle
+        if type(cycle) is not LeanCycle:
+            super().on_body(body)
+        elif not cycle.response_complete:
+            cycle.body += body
+            if len(cycle.body) > HIGH_WATER_LIMIT:
+                self.flow.pause_reading()
+            if cycle._event is not None:  # LeanCycle.set, inline (one call less per piece of body)
+                cycle._event.set()
+
+    def on_message_complete(self) -> None:
+        cycle = self.cycle
+        if type(cycle) is not LeanCycle:
+            super().on_message_complete()
+        elif not cycle.response_complete:
+            cycle.more_body = False
+            if cycle._event is not None:  # LeanCycle.set, inline
+                cycle._event.set()
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        # A lean cycle leaves uvicorn's task set itself when run_asgi ends (transports/lean.py):
+        # uvicorn's add_done_callback(tasks.discard) would cost one more loop callback per request.
+        if type(cycle) is not LeanCycle or self.config.reset_contextvars:
+            super()._start_asgi_task(cycle, app)
+            return
+        self.tasks.add(self.loop.create_task(cycle.run_asgi(app)))
+
+    # ---- keep-alive and client timeouts: one timer per idle period ----------------------------
+    # uvicorn cancels its keep-alive timer on every segment received and arms a new one after every
+    # response: a timer handle per request. Here a response only notes when the connection went
+    # idle; the timer, armed once, closes the connection if it stayed idle long enough, else waits on.
+    # The same timer watches a client that owes part of a request (request_head_timeout_s,
+    # request_body_timeout_s) or reads nothing of a response (response_send_timeout_s): those arm or
+    # advance it only when they begin, which a request arriving whole never does.
+
+    def _unset_keepalive_if_required(self) -> None:
+        self._idle_since = None  # busy: the pending timer will not close (uvicorn's hook; data_received inlines it)
+
+    def _owe(self, owed: int, size: int) -> None:
+        """A segment (of ``size`` bytes) left a request unfinished: from now the client has the head or
+        body timeout to send the rest (the clock starts at the first segment of each). A head that goes
+        on past ``limits.max_request_head_bytes`` is refused (431): httptools keeps it all until its end."""
+        if owed == self._owed:
+            if owed == _HEAD:
+                # Counted from its second segment: the first may hold a whole earlier request (pipelined),
+                # and one segment is at most what asyncio reads at once (256 KiB).
+                self._head_bytes += size
+                if self._head_bytes > self._limits.max_request_head_bytes:
+                    self._head_too_large()
+            return
+        self._owed = owed
+        self._head_bytes = 0
+        self._owed_since = now = self.loop.time()
+        self._due_by(now + self._allowed(owed))
+
+    def _allowed(self, owed: int) -> float:
+        """The time a client has to send the head or body it owes."""
+        limits = self._limits
+        return limits.request_head_timeout_s if owed == _HEAD else limits.request_body_timeout_s
+
+    def _due_by(self, when: float) -> None:
+        """Have the timer due no later than ``when``."""
+        timer = self.timeout_keep_alive_task
+        if timer is not None:
+            if timer.when() <= when:
+                return
+            timer.cancel()
+        self.timeout_keep_alive_task = self.loop.call_at(when, self._keep_alive_due)
+
+    def pause_writing(self) -> None:
+        # The socket's buffer is full: the client reads slower than we write, or not at all.
+        super().pause_writing()
+        self._stalled_since = now = self.loop.time()
+        self._due_by(now + self._limits.response_send_timeout_s)
+
+    def on_response_complete(self) -> None:
+        self.server_state.total_requests += 1
+        if self._socket.is_closing():
+            return
+        self._idle_since = None
+        flow = self.flow
+        if flow.read_paused:  # FlowControl.resume_reading's own test, without the call
+            flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self._idle_since = self.loop.time()
+        if self.timeout_keep_alive_task is None:
+            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self._keep_alive_due)
+
+    def _keep_alive_due(self) -> None:
+        self.timeout_keep_alive_task = None
+        if self.flow.write_paused:
+            send_timeout = self._limits.response_send_timeout_s
+            due = self._stalled_since + send_timeout
+            if due <= self.loop.time():
+                self.logger.info("Client read nothing for %.0f s: connection dropped.", send_timeout)
+                self.transport.abort()  # a close would wait for the buffer to drain, which it never does
+                return
+            self._due_by(due)
+        owed = self._owed
+        if owed:
+            now = self.loop.time()
+            if self.flow.read_paused:
+                self._owed_since = now  # we stopped reading (pipelining, a body not taken yet): not the client's delay
+            due = self._owed_since + self._allowed(owed)
+            if due > now:
+                self._due_by(due)
+            else:
+                self._request_timed_out(owed)
+            return
+        idle_since = self._idle_since
+        if idle_since is None:
+            return  # a request is under way; its response arms the timer again
+        due = idle_since + self.timeout_keep_alive
+        if due > self.loop.time():
+            self._due_by(due)
+        else:
+            self.timeout_keep_alive_handler()
+
+    def _head_too_large(self) -> None:
+        cycle = self.cycle
+        self._owed = _NOTHING
+        head_limit = self._limits.max_request_head_bytes
+        self.logger.info("Request head over %d bytes: 431, connection closed.", head_limit)
+        if cycle is None or cycle.response_complete:  # else an earlier response is under way: just close
+            body = _rpc_error(f"Request head over {head_limit} bytes")
+            status = b"431 Request Header Fields Too Large"
+            self.transport.write(_closing_response(status, body, self.server_state.default_headers))
+        self.transport.close()
+
+    def _request_timed_out(self, owed: int) -> None:
+        """The client did not send the rest of a request in time: a 408, unless an earlier response on
+        this connection is still under way (it must not be cut into), then the connection closes."""
+        cycle = self.cycle
+        if owed == _BODY:
+            # The request's app (uvicorn's cycle may run it while the body streams in) reads
+            # http.disconnect from now on, and anything it sends is dropped.
+            cycle.disconnected = True
+            cycle.keep_alive = False
+            cycle.message_event.set()
+            answer = not cycle.response_started and not self.pipeline
+        else:
+            answer = cycle is None or cycle.response_complete
+        what = "head" if owed == _HEAD else "body"
+        limit = self._allowed(owed)
+        self.logger.info("Request %s not received within %g s: 408, connection closed.", what, limit)
+        if answer:
+            body = _rpc_error(f"Request {what} not received within {limit:g} s")
+            self.transport.write(_closing_response(b"408 Request Timeout", body, self.server_state.default_headers))
+        self.transport.close()
+
+
+_NOTHING, _HEAD, _BODY = 0, 1, 2  # what of a request a client owes (CoalescingHttpToolsProtocol._owed)
+_DEFAULT_LIMITS = Limits()  # for an app that names none (tests' own apps)
+_refusals_logged = [float("-inf")]  # when a refused connection was last logged (loop time)
+
+
+@functools.cache
+def connection_cap(configured: int | None) -> int:
+    """``limits.max_client_connections``, or by default the process's soft open-file limit less a tenth
+    of it (at least 64) for backends, logs and files: the 503 comes before accept() runs out of
+    descriptors. Read once per process (the limit is set before the server starts)."""
+    if configured is not None:
+        return configured
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1_000_000
+    return max(1, soft - max(64, soft // 10))
+
+
+def _rpc_error(message: str) -> bytes:
+    """A JSON-RPC error of id null (no request was read) for a refusal the protocol makes itself."""
+    return json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}).encode()
+
+
+def _closing_response(status: bytes, body: bytes, default_headers: list[tuple[bytes, bytes]]) -> bytes:
+    """A whole JSON response with Connection: close (the protocol's own 408 and 503)."""
+    head = [b"HTTP/1.1 ", status, b"\r\n"]
+    head += [name + b": " + value + b"\r\n" for name, value in default_headers]
+    head.append(b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body))
+    return b"".join(head) + body
