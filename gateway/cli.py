@@ -286,6 +286,7 @@ async def _serve(config: Config, config_path: str | None = None, role: WorkerRol
         ws=SafeWebSocketProtocol,
         lifespan="on",
         timeout_graceful_shutdown=5,
+        timeout_keep_alive=config.limits.keep_alive_timeout_s,  # transports/http_protocol.py's idle timer
         ws_max_size=config.limits.max_message_bytes,
     )
     background = []

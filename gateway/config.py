@@ -132,7 +132,7 @@ class Limits(_Model):
         60.0,
         gt=0,
         description="How long a client may take to send a whole request head once it began (else 408, then "
-        "close). A connection that sends nothing is closed silently after the keep-alive timeout (5 s).",
+        "close). A connection that sends nothing is closed silently after keep_alive_timeout_s.",
     )
     # nginx reads heads of up to 4 x 8 KiB lines and Node of up to 16 KiB; 64 KiB leaves room for long
     # bearer tokens (auth.jwt.max_token_bytes) and many headers, and bounds what a head that never
@@ -159,6 +159,16 @@ class Limits(_Model):
         gt=0,
         description="How long a response may wait on a client that reads nothing (its socket buffer full) "
         "before the connection is dropped.",
+    )
+    # uvicorn's default, in whole seconds as uvicorn takes it. An idle connection costs a descriptor and its buffers (about 16 KB, the cost
+    # of an idle stream in bench-idle); HTTP clients reuse a kept-alive connection within a few
+    # seconds or not at all. Raise it behind a balancer that keeps its pooled connections longer
+    # (its own idle timeout must be the shorter one, else it sends on a socket being closed).
+    keep_alive_timeout_s: int = Field(
+        5,
+        ge=1,
+        description="How long a client connection may stay idle, between requests or new and silent, before "
+        "it is closed without an answer.",
     )
 
 

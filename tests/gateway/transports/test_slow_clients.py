@@ -1,4 +1,4 @@
-"""Slow and silent HTTP clients against the gateway's own protocol (transports/coalesce.py).
+"""Slow and silent HTTP clients against the gateway's own protocol (transports/http_protocol.py).
 
 A real ``switchboard run`` with small client timeouts (limits.request_head_timeout_s,
 request_body_timeout_s) for the head and body cases, and an in-process server with the same
@@ -25,11 +25,17 @@ pytestmark = pytest.mark.timeout(60)
 
 HEAD_S = 0.5
 BODY_S = 0.5
+IDLE_S = 1
 
 
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[RunningGateway]:
-    limits = {"request_head_timeout_s": HEAD_S, "request_body_timeout_s": BODY_S, "max_request_head_bytes": 16384}
+    limits = {
+        "request_head_timeout_s": HEAD_S,
+        "request_body_timeout_s": BODY_S,
+        "max_request_head_bytes": 16384,
+        "keep_alive_timeout_s": IDLE_S,
+    }
     with run_gateway({"limits": limits, "backends": {}}) as running:
         yield running
 
@@ -73,13 +79,32 @@ async def _next_call_fine(port: int) -> None:
 
 
 async def test_a_connection_that_sends_nothing_is_closed_silently(gateway: RunningGateway) -> None:
+    loop = asyncio.get_running_loop()
     reader, writer = await _connect(_port(gateway))
+    opened = loop.time()
     try:
-        # uvicorn's keep-alive timeout (5 s) applies to a new connection too; before, it stayed open for good.
-        assert await _closed_after(reader, 8) == b""
+        # limits.keep_alive_timeout_s applies to a new connection too; before, it stayed open for good.
+        assert await _closed_after(reader, IDLE_S + 3) == b""
+        assert loop.time() - opened >= IDLE_S * 0.9, "closed by the configured idle timeout, not before"
     finally:
         writer.close()
     await _next_call_fine(_port(gateway))
+
+
+async def test_a_connection_idle_after_its_answer_is_closed_after_the_keep_alive_timeout(
+    gateway: RunningGateway,
+) -> None:
+    loop = asyncio.get_running_loop()
+    reader, writer = await _connect(_port(gateway))
+    try:
+        writer.write(_initialize())
+        status, _headers, _body = await read_response(reader)
+        assert status == 200
+        answered = loop.time()
+        assert await _closed_after(reader, IDLE_S + 3) == b""
+        assert loop.time() - answered >= IDLE_S * 0.9
+    finally:
+        writer.close()
 
 
 @pytest.mark.parametrize(
