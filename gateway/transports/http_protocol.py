@@ -17,6 +17,7 @@ import asyncio
 import functools
 import json
 import resource
+from collections.abc import Callable
 from typing import Any, cast
 
 import httptools
@@ -27,6 +28,54 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from gateway.config import Limits
 from gateway.transports.coalesce import ABORT_KEY, HOLD_KEY, LOST_KEY, CoalescingTransport
 from gateway.transports.lean import HEADERS_KEY, UNIQUE_HEADERS_KEY, LeanCycle
+
+
+class _PerConnection:
+    """What the gateway's protocol keeps per client connection beyond uvicorn's own attributes, in one
+    slotted object rather than a dozen instance attributes: CPython 3.11 shares an instance dict's keys
+    among a class's instances only up to 29 attributes, and uvicorn's protocol has 28 of its own. Past
+    that each connection carries a whole dict of its own, about 1.3 KB more per connection (10,000 idle
+    streams hold as many; tests/gateway/transports/test_lean_cycle.py holds the protocol to the limit)."""
+
+    __slots__ = (
+        "abort",
+        "head_bytes",
+        "idle_since",
+        "lean_allowed",
+        "lean_limit",
+        "lean_posts",
+        "limits",
+        "owed",
+        "owed_since",
+        "socket",
+        "stalled_since",
+        "watch_lost",
+    )
+
+    def __init__(
+        self,
+        socket: asyncio.Transport,
+        watch_lost: Callable[[], asyncio.Future[None]],
+        lean_allowed: bool,
+        lean_posts: dict[bytes, tuple[str, ASGI3Application]],
+        lean_limit: int,
+        limits: Limits,
+        idle_since: float,
+    ) -> None:
+        self.socket = socket  # asked is_closing() after every response: one call, not two
+        # Per connection, not per request: bound methods put in every request's scope.
+        self.abort = socket.abort
+        self.watch_lost = watch_lost
+        self.lean_allowed = lean_allowed
+        self.lean_posts = lean_posts
+        self.lean_limit = lean_limit  # the lean cycle's body limit
+        # The limits object itself, not copies of its fields: read only when a client is slow.
+        self.limits = limits
+        self.idle_since: float | None = idle_since  # None while a request is under way
+        self.head_bytes = 0  # of a head that takes more than one segment, after its first
+        self.owed = _NOTHING  # what of a request the client still owes (see data_received)
+        self.owed_since = 0.0
+        self.stalled_since = 0.0  # when the socket last filled up (pause_writing)
 
 
 class CoalescingHttpToolsProtocol(HttpToolsProtocol):
@@ -41,36 +90,31 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
 
     # Like uvicorn's own, this narrows asyncio.Protocol's BaseTransport parameter to a Transport.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's signature
-        coalescing = CoalescingTransport(transport, asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        coalescing = CoalescingTransport(transport, loop)
         super().connection_made(coalescing)  # type: ignore[arg-type]  # a duck-typed Transport (it forwards)
-        self._socket = transport  # asked is_closing() after every response: one call, not two
-        # Settings that keep every request off the lean cycle (uvicorn's limit on concurrency answers
-        # 503 in its own cycle; a root path changes the path the app sees).
-        self._lean_allowed = self.limit_concurrency is None and not self.root_path
-        # Per connection, not per request: bound methods put in every request's scope.
-        self._abort = transport.abort
-        self._watch_lost = coalescing.watch_lost
-        self._idle_since: float | None = None
+        app = self.app
+        limits: Limits = getattr(app, "client_limits", None) or _DEFAULT_LIMITS
         # The paths FastPath (gateway/app.py) serves straight from a door (raw path -> its path and what
-        # serves a POST to it, made once by the app), and its body limit.
-        self._lean_posts: dict[bytes, tuple[str, ASGI3Application]] = getattr(self.app, "lean_doors", None) or {
-            # Another app: its dispatch (the app without a coroutine frame of its own) or itself.
-            p: (p.decode("ascii"), getattr(self.app, "dispatch", self.app))
-            for p in getattr(self.app, "lean_posts", ())
+        # serves a POST to it, made once by the app), or another app's: its dispatch (the app without a
+        # coroutine frame of its own) or itself.
+        lean_posts: dict[bytes, tuple[str, ASGI3Application]] = getattr(app, "lean_doors", None) or {
+            p: (p.decode("ascii"), getattr(app, "dispatch", app)) for p in getattr(app, "lean_posts", ())
         }
-        self._lean_limit: int = getattr(self.app, "lean_body_limit", 0)
-        limits: Limits = getattr(self.app, "client_limits", None) or _DEFAULT_LIMITS
-        # The limits object itself, not copies of its fields: read only when a client is slow, and one
-        # attribute per connection rather than four (10,000 idle streams hold as many connections).
-        self._limits = limits
+        self._conn = _PerConnection(
+            transport,
+            coalescing.watch_lost,
+            # Settings that keep every request off the lean cycle (uvicorn's limit on concurrency answers
+            # 503 in its own cycle; a root path changes the path the app sees).
+            self.limit_concurrency is None and not self.root_path,
+            lean_posts,
+            getattr(app, "lean_body_limit", 0),
+            limits,
+            # A new connection is idle until its first byte: without the timer below one that never
+            # sends anything stayed open for good (uvicorn arms its timer only after a response).
+            loop.time(),
+        )
         coalescing.linger_s = limits.response_send_timeout_s
-        self._head_bytes = 0  # of a head that takes more than one segment, after its first
-        self._owed = _NOTHING  # what of a request the client still owes (see data_received)
-        self._owed_since = 0.0
-        self._stalled_since = 0.0  # when the socket last filled up (pause_writing)
-        # A new connection is idle until its first byte: without this timer one that never sends
-        # anything stayed open for good (uvicorn arms its timer only after a response).
-        self._idle_since = self.loop.time()
         self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self._keep_alive_due)
         cap = connection_cap(limits.max_client_connections)
         if len(self.connections) > cap:
@@ -96,8 +140,9 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         # uvicorn's (the parser fed, a bad request answered 400, an upgrade handed over), with the
         # keep-alive flag set here rather than in a call, and then the one question the request
         # timeouts need: did this segment leave a request unfinished? For a request that arrives
-        # whole (every plain POST) the answer costs three attribute reads and no clock.
-        self._idle_since = None  # busy: the pending keep-alive timer will not close
+        # whole (every plain POST) the answer costs a few attribute reads and no clock.
+        conn = self._conn
+        conn.idle_since = None  # busy: the pending keep-alive timer will not close
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError:
@@ -112,30 +157,32 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             return
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope and not cycle.more_body:
-            if self._owed:  # the request that was owed is whole now
-                self._owed = _NOTHING
+            if conn.owed:  # the request that was owed is whole now
+                conn.owed = _NOTHING
             return
         # A head begun (its scope has no cycle yet) or a body unfinished: the client owes the rest.
         self._owe(_HEAD if cycle is None or cycle.scope is not self.scope else _BODY, len(data))
 
     def on_headers_complete(self) -> None:
-        if self.url in self._lean_posts and self._lean_start():
+        if self.url in self._conn.lean_posts and self._lean_start():
             return
         super().on_headers_complete()
         # A door that must drop a client which stopped reading cannot finish its response (the
         # send is blocked on a full socket); aborting the connection is the clean way out.
         # The scope is a plain dict at runtime; uvicorn's HTTPScope TypedDict lists only the ASGI spec's keys.
         scope: dict[str, Any] = self.scope  # type: ignore[assignment]  # a plain dict; HTTPScope lists the spec's keys
-        scope[ABORT_KEY] = self._abort
-        scope[LOST_KEY] = self._watch_lost
+        conn = self._conn
+        scope[ABORT_KEY] = conn.abort
+        scope[LOST_KEY] = conn.watch_lost
         scope[HOLD_KEY] = self.transport
 
     def _lean_start(self) -> bool:
         """Start a plain POST to a door path on the lean cycle; False (nothing done) for anything else."""
         parser = self.parser
+        conn = self._conn
         if (
             self.expect_100_continue
-            or not self._lean_allowed
+            or not conn.lean_allowed
             or parser.get_method() != b"POST"
             or not parser.should_keep_alive()  # HTTP/1.0 without keep-alive, or Connection: close
             or parser.should_upgrade()
@@ -150,17 +197,17 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         if b"connection" in table and parser.get_http_version() != "1.1":
             return False
         declared = table.get(b"content-length")
-        if declared is None or not declared.isdigit() or int(declared) > self._lean_limit:
+        if declared is None or not declared.isdigit() or int(declared) > conn.lean_limit:
             return False  # the door answers 411/413 the usual way
         scope: dict[str, Any] = self.scope  # type: ignore[assignment]  # a plain dict; HTTPScope lists the spec's keys
         scope["method"] = "POST"
-        scope["path"], app = self._lean_posts[self.url]
+        scope["path"], app = conn.lean_posts[self.url]
         scope["raw_path"] = self.url
         scope["query_string"] = b""
         scope[HEADERS_KEY] = table
         scope[UNIQUE_HEADERS_KEY] = table
-        scope[ABORT_KEY] = self._abort
-        scope[LOST_KEY] = self._watch_lost
+        scope[ABORT_KEY] = conn.abort
+        scope[LOST_KEY] = conn.watch_lost
         scope[HOLD_KEY] = self.transport
         existing = self.cycle
         cycle = LeanCycle(
@@ -221,28 +268,30 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     # advance it only when they begin, which a request arriving whole never does.
 
     def _unset_keepalive_if_required(self) -> None:
-        self._idle_since = None  # busy: the pending timer will not close (uvicorn's hook; data_received inlines it)
+        # Busy: the pending timer will not close (uvicorn's hook; data_received inlines it).
+        self._conn.idle_since = None
 
     def _owe(self, owed: int, size: int) -> None:
         """A segment (of ``size`` bytes) left a request unfinished: from now the client has the head or
         body timeout to send the rest (the clock starts at the first segment of each). A head that goes
         on past ``limits.max_request_head_bytes`` is refused (431): httptools keeps it all until its end."""
-        if owed == self._owed:
+        conn = self._conn
+        if owed == conn.owed:
             if owed == _HEAD:
                 # Counted from its second segment: the first may hold a whole earlier request (pipelined),
                 # and one segment is at most what asyncio reads at once (256 KiB).
-                self._head_bytes += size
-                if self._head_bytes > self._limits.max_request_head_bytes:
+                conn.head_bytes += size
+                if conn.head_bytes > conn.limits.max_request_head_bytes:
                     self._head_too_large()
             return
-        self._owed = owed
-        self._head_bytes = 0
-        self._owed_since = now = self.loop.time()
+        conn.owed = owed
+        conn.head_bytes = 0
+        conn.owed_since = now = self.loop.time()
         self._due_by(now + self._allowed(owed))
 
     def _allowed(self, owed: int) -> float:
         """The time a client has to send the head or body it owes."""
-        limits = self._limits
+        limits = self._conn.limits
         return limits.request_head_timeout_s if owed == _HEAD else limits.request_body_timeout_s
 
     def _due_by(self, when: float) -> None:
@@ -257,14 +306,16 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     def pause_writing(self) -> None:
         # The socket's buffer is full: the client reads slower than we write, or not at all.
         super().pause_writing()
-        self._stalled_since = now = self.loop.time()
-        self._due_by(now + self._limits.response_send_timeout_s)
+        conn = self._conn
+        conn.stalled_since = now = self.loop.time()
+        self._due_by(now + conn.limits.response_send_timeout_s)
 
     def on_response_complete(self) -> None:
         self.server_state.total_requests += 1
-        if self._socket.is_closing():
+        conn = self._conn
+        if conn.socket.is_closing():
             return
-        self._idle_since = None
+        conn.idle_since = None
         flow = self.flow
         if flow.read_paused:  # FlowControl.resume_reading's own test, without the call
             flow.resume_reading()
@@ -272,32 +323,33 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)
             return
-        self._idle_since = self.loop.time()
+        conn.idle_since = self.loop.time()
         if self.timeout_keep_alive_task is None:
             self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self._keep_alive_due)
 
     def _keep_alive_due(self) -> None:
         self.timeout_keep_alive_task = None
+        conn = self._conn
         if self.flow.write_paused:
-            send_timeout = self._limits.response_send_timeout_s
-            due = self._stalled_since + send_timeout
+            send_timeout = conn.limits.response_send_timeout_s
+            due = conn.stalled_since + send_timeout
             if due <= self.loop.time():
                 self.logger.info("Client read nothing for %.0f s: connection dropped.", send_timeout)
                 self.transport.abort()  # a close would wait for the buffer to drain, which it never does
                 return
             self._due_by(due)
-        owed = self._owed
+        owed = conn.owed
         if owed:
             now = self.loop.time()
             if self.flow.read_paused:
-                self._owed_since = now  # we stopped reading (pipelining, a body not taken yet): not the client's delay
-            due = self._owed_since + self._allowed(owed)
+                conn.owed_since = now  # we stopped reading (pipelining, a body not taken yet): not the client's delay
+            due = conn.owed_since + self._allowed(owed)
             if due > now:
                 self._due_by(due)
             else:
                 self._request_timed_out(owed)
             return
-        idle_since = self._idle_since
+        idle_since = conn.idle_since
         if idle_since is None:
             return  # a request is under way; its response arms the timer again
         due = idle_since + self.timeout_keep_alive
@@ -308,8 +360,9 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
 
     def _head_too_large(self) -> None:
         cycle = self.cycle
-        self._owed = _NOTHING
-        head_limit = self._limits.max_request_head_bytes
+        conn = self._conn
+        conn.owed = _NOTHING
+        head_limit = conn.limits.max_request_head_bytes
         self.logger.info("Request head over %d bytes: 431, connection closed.", head_limit)
         if cycle is None or cycle.response_complete:  # else an earlier response is under way: just close
             body = _rpc_error(f"Request head over {head_limit} bytes")
