@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from gateway.upstreams.egress import Route, default_context
+from gateway.upstreams.slots import Slots
 from gateway.upstreams.tunnel import TunnelError, open_connection, reset_hint, tls_alert
 from gateway.write_batch import WriteBatch, write_batch
 
@@ -92,42 +93,6 @@ class _QuickCallbacks:
         self.on_body = conn.body.append
         self.on_headers_complete = conn.quick_headers_complete
         self.on_message_complete = conn.quick_message_complete
-
-
-class _Slots:
-    """A counting semaphore that can also be taken without waiting (:meth:`try_take`)."""
-
-    __slots__ = ("_free", "_waiters")
-
-    def __init__(self, count: int) -> None:
-        self._free = count
-        self._waiters: deque[asyncio.Future[None]] = deque()
-
-    def try_take(self) -> bool:
-        if self._free > 0 and not self._waiters:  # waiters first: nobody overtakes a queue
-            self._free -= 1
-            return True
-        return False
-
-    async def take(self) -> None:
-        if self.try_take():
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await waiter
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                self.give()  # handed a slot just as the wait was cancelled: pass it on
-            raise
-
-    def give(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
-        self._free += 1
 
 
 class _Connection(asyncio.Protocol):
@@ -398,7 +363,7 @@ class ConnectionPool:
             if proxy.authorization:
                 self._host_block += b"proxy-authorization: %s\r\n" % proxy.authorization.encode("latin-1")
         self._idle: list[_Connection] = []
-        self._slots = _Slots(max_connections)
+        self._slots = Slots(max_connections)
         self._connect_timeout = connect_timeout_s
         self._closed = False
         self._all: set[_Connection] = set()
@@ -526,7 +491,7 @@ class ConnectionPool:
             raise HttpError("client is closed")
         idle = self._idle
         slots = self._slots
-        if not idle or slots._free <= 0 or slots._waiters:  # _Slots.try_take's test, inline
+        if not idle or slots._free <= 0 or slots._waiters:  # Slots.try_take's test, inline
             return None
         slots._free -= 1
         conn = idle.pop()  # _take_idle, inline for its common case (the newest idle connection is open)
@@ -556,7 +521,7 @@ class ConnectionPool:
             if slots._waiters:
                 slots.give()
             else:
-                slots._free += 1  # _Slots.give with nobody waiting
+                slots._free += 1  # Slots.give with nobody waiting
             return
         self._release(conn, False)
 
