@@ -140,6 +140,16 @@ class Limits(_Model):
     max_request_head_bytes: int = Field(
         65536, ge=1024, description="Largest request head (request line and headers); a longer one gets a 431."
     )
+    # The same bound toward backends: httptools keeps a response's unfinished header line whole too, so
+    # a backend that never ends its head (or sends header lines without end) would otherwise hold memory
+    # until the call's timeout_s. Not max_message_bytes: a head is no message, and 4 MiB of headers is
+    # no answer any backend means to give.
+    max_response_head_bytes: int = Field(
+        65536,
+        ge=1024,
+        description="Largest response head (status line and headers) an HTTP backend may send; a longer one fails "
+        "the call (-32095) and its connection is closed.",
+    )
     request_body_timeout_s: float = Field(
         60.0, gt=0, description="How long a client may take to send a request's whole body after its head (else 408)."
     )

@@ -36,12 +36,28 @@ def make_carrier(
         from gateway.upstreams.http import HttpCarrier
 
         assert config.url
-        return HttpCarrier(name, config.url, headers, limits.max_message_bytes, egress, identity)
+        return HttpCarrier(
+            name,
+            config.url,
+            headers,
+            limits.max_message_bytes,
+            egress,
+            identity,
+            max_head_bytes=limits.max_response_head_bytes,
+        )
     if config.transport == "sse":
         from gateway.upstreams.sse import SseCarrier
 
         assert config.url
-        return SseCarrier(name, config.url, headers, limits.max_message_bytes, config.connect_timeout_s, egress)
+        return SseCarrier(
+            name,
+            config.url,
+            headers,
+            limits.max_message_bytes,
+            config.connect_timeout_s,
+            egress,
+            max_head_bytes=limits.max_response_head_bytes,
+        )
     if config.transport == "ws":
         from gateway.upstreams.ws import WsCarrier
 

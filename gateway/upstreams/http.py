@@ -43,9 +43,11 @@ from gateway.upstreams.deadlines import Deadlines
 from gateway.upstreams.egress import BackendEgress
 from gateway.upstreams.flag import Flag
 from gateway.upstreams.httpclient import (
+    MAX_HEAD_BYTES,
     BodyTooLarge,
     ConnectError,
     ConnectionPool,
+    HeadTooLarge,
     HttpError,
     encode_headers,
     target_of,
@@ -69,6 +71,7 @@ class HttpCarrier(Carrier):
         max_message_bytes: int,
         egress: BackendEgress | None = None,
         identity: Callable[[], Mapping[str, str] | None] | None = None,
+        max_head_bytes: int = MAX_HEAD_BYTES,
     ) -> None:
         self._name = name
         self._source = f"backend {name}"  # who sent an event, for sse.message_of's warning
@@ -83,6 +86,7 @@ class HttpCarrier(Carrier):
             "content-type": "application/json",
         }
         self._max = max_message_bytes
+        self._max_head = max_head_bytes  # of a response's head (ADR 0023)
         self._pool: ConnectionPool | None = None
         self._drains: Deadlines  # made by open(), on the loop (before any quick exchange)
         self._target = target_of(url)
@@ -110,7 +114,8 @@ class HttpCarrier(Carrier):
 
     async def open(self, inbound: Inbound) -> None:
         self._inbound = inbound
-        self._pool = ConnectionPool(self._url, route=self._egress.route(self._url) if self._egress else None)
+        route = self._egress.route(self._url) if self._egress else None
+        self._pool = ConnectionPool(self._url, route=route, max_head_bytes=self._max_head)
         self._drains = Deadlines(asyncio.get_running_loop())  # answered SSE streams still being read
 
     def _headers(self, identity: bool = True) -> dict[str, str]:
@@ -175,13 +180,21 @@ class HttpCarrier(Carrier):
                 raise CarrierClosed(str(exc)) from None
         except HttpError as exc:
             if is_request:
-                self._fail(message["id"], jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} transport error: {exc}")
+                self._transport_failed(message["id"], exc)
             else:
                 log.warning("backend %s: sending %s failed: %s", self._name, message.get("method"), exc)
 
     def _fail(self, rpc_id: Any, code: int, text: str) -> None:
         assert self._inbound
         self._inbound(jsonrpc.error(rpc_id, code, text), rpc_id)
+
+    def _transport_failed(self, rpc_id: Any, exc: HttpError) -> None:
+        """A request's exchange failed with no usable answer: a head over the limit is an answer too large
+        (-32095, as a body over ``max_message_bytes`` is); anything else the backend's failure."""
+        if isinstance(exc, HeadTooLarge):
+            self._fail(rpc_id, jsonrpc.PAYLOAD_TOO_LARGE, f"backend {self._name} sent {exc}")
+        else:
+            self._fail(rpc_id, jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} transport error: {exc}")
 
     def start_request(self, message: dict[str, Any], headers: Mapping[str, str] | None) -> QuickExchange | None:
         """Send a request now on an idle kept-alive connection, its answer handled in the HTTP
@@ -234,8 +247,7 @@ class HttpCarrier(Carrier):
         if nothing_received and not self._closed.is_set() and self._pool is not None and not self._pool.closed:
             exchange.task = self._spawn(self._resend(exchange.message, exchange.headers))
             return
-        rpc_id = exchange.message["id"]
-        self._fail(rpc_id, jsonrpc.BACKEND_UNAVAILABLE, f"backend {self._name} transport error: {exc}")
+        self._transport_failed(exchange.message["id"], exc)
 
     async def _resend(self, message: dict[str, Any], headers: Mapping[str, str] | None) -> None:
         try:

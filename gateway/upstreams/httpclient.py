@@ -16,7 +16,8 @@ an idle kept-alive connection, with the parser's events going straight to the ca
 :class:`Exchange`; the backend client's hot path, gateway/upstreams/http.py). Invariants of both:
 at most ``max_connections`` exchanges at once (a slot is held from the start of an exchange until
 its connection is released); a connection serves one exchange at a time and goes back to the pool
-only when its response ended cleanly and kept alive, else it is closed.
+only when its response ended cleanly and kept alive, else it is closed; a response head still
+unfinished past ``max_head_bytes`` fails its exchange and closes its connection (ADR 0023).
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ from urllib.parse import urlsplit
 import httptools
 
 from gateway.upstreams.egress import Route, default_context
+from gateway.upstreams.slots import Slots
 from gateway.upstreams.tunnel import TunnelError, open_connection, reset_hint, tls_alert
 from gateway.write_batch import WriteBatch, write_batch
 
 _HIGH_WATER = 1024 * 1024  # pause reading a response body once this much is unread
 _LOW_WATER = 256 * 1024
+MAX_HEAD_BYTES = 64 * 1024  # a response head's default cap (Limits.max_response_head_bytes)
 
 
 class HttpError(Exception):
@@ -55,6 +58,15 @@ class BodyTooLarge(HttpError):
         self.limit = limit
 
 
+class HeadTooLarge(HttpError):
+    """A response head (status line and headers) still unfinished past the pool's ``max_head_bytes``; the
+    exchange fails with it and its connection is closed."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"a response head over {limit} bytes")
+        self.limit = limit
+
+
 class Exchange(Protocol):
     """Who hears the parser's events of one response (a :class:`Response`, or a caller's own).
 
@@ -66,6 +78,8 @@ class Exchange(Protocol):
     read (``after_read``) or at :meth:`on_message_complete`."""
 
     received_any: bool
+    status: int  # 0 until the head is complete (on_headers_complete)
+    head_bytes: int  # the reads that left the head unfinished, added up by the connection (_head_read)
 
     def on_header(self, name: bytes, value: bytes) -> None: ...
     def on_headers_complete(self, status: int) -> None: ...
@@ -94,42 +108,6 @@ class _QuickCallbacks:
         self.on_message_complete = conn.quick_message_complete
 
 
-class _Slots:
-    """A counting semaphore that can also be taken without waiting (:meth:`try_take`)."""
-
-    __slots__ = ("_free", "_waiters")
-
-    def __init__(self, count: int) -> None:
-        self._free = count
-        self._waiters: deque[asyncio.Future[None]] = deque()
-
-    def try_take(self) -> bool:
-        if self._free > 0 and not self._waiters:  # waiters first: nobody overtakes a queue
-            self._free -= 1
-            return True
-        return False
-
-    async def take(self) -> None:
-        if self.try_take():
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await waiter
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                self.give()  # handed a slot just as the wait was cancelled: pass it on
-            raise
-
-    def give(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
-        self._free += 1
-
-
 class _Connection(asyncio.Protocol):
     """One TCP connection; serves one exchange at a time."""
 
@@ -140,14 +118,16 @@ class _Connection(asyncio.Protocol):
         "body",
         "closed",
         "content_type",
+        "max_head",
         "relay_headers",
         "response",
         "transport",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, max_head: int = MAX_HEAD_BYTES) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self.max_head = max_head  # bytes of a response head (status line and headers) at most
         self.response: Exchange | None = None
         self.relay_headers = False  # start()'s exchange: the relaying parser, else the quick one
         # A quick exchange's response (try_start): its Content-Type, its body pieces not yet taken.
@@ -181,9 +161,23 @@ class _Connection(asyncio.Protocol):
             if self.response is not None:  # a callback may have ended the exchange already
                 self.response.fail(HttpError(f"malformed HTTP response: {exc}"))
             self.close()
+        if not response.status:  # the read left the head unfinished (rare: a head is one read)
+            self._head_read(response, len(data))
         after = self.after_read
         if after is not None:
             after.after_read()
+
+    def _head_read(self, response: Exchange, size: int) -> None:
+        """A read left the head unfinished, so all of it was the head's (an exchange's first read begins
+        with it). Past ``max_head`` bytes the exchange fails and the connection closes: httptools keeps an
+        unfinished header line whole, a ``Response`` every header line (the read that ends a head is not
+        counted: what is held stays within the limit and one read)."""
+        if self.response is not response or self.closed:
+            return  # the read ended the exchange (a malformed answer)
+        response.head_bytes += size
+        if response.head_bytes > self.max_head:
+            response.fail(HeadTooLarge(self.max_head))
+            self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -265,6 +259,7 @@ class Response:
         self._released = False
         self._keep_alive = False
         self.received_any = False
+        self.head_bytes = 0  # counted by the connection while the head is unfinished after a read
 
     # -- parser events (relayed by the connection)
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -368,10 +363,16 @@ class ConnectionPool:
     """Kept-alive connections to one origin, at most ``max_connections`` at a time."""
 
     def __init__(
-        self, url: str, max_connections: int = 256, connect_timeout_s: float = 10.0, route: Route | None = None
+        self,
+        url: str,
+        max_connections: int = 256,
+        connect_timeout_s: float = 10.0,
+        route: Route | None = None,
+        max_head_bytes: int = MAX_HEAD_BYTES,
     ) -> None:
         """``route``: the proxy and TLS context for this origin (gateway/upstreams/egress.py); None:
-        directly, with the system's CAs."""
+        directly, with the system's CAs. ``max_head_bytes``: a response head still unfinished past that
+        many bytes fails its exchange (:class:`HeadTooLarge`) and closes its connection."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url!r}")
@@ -398,8 +399,9 @@ class ConnectionPool:
             if proxy.authorization:
                 self._host_block += b"proxy-authorization: %s\r\n" % proxy.authorization.encode("latin-1")
         self._idle: list[_Connection] = []
-        self._slots = _Slots(max_connections)
+        self._slots = Slots(max_connections)
         self._connect_timeout = connect_timeout_s
+        self._max_head = max_head_bytes
         self._closed = False
         self._all: set[_Connection] = set()
         self._batch: WriteBatch | None = None
@@ -412,7 +414,7 @@ class ConnectionPool:
         try:
             async with asyncio.timeout(self._connect_timeout):
                 _transport, conn = await open_connection(
-                    _Connection, self.host, self.port, self.route, self._connect_to
+                    lambda: _Connection(self._max_head), self.host, self.port, self.route, self._connect_to
                 )
         except TunnelError as exc:
             raise ConnectError(str(exc)) from None
@@ -526,7 +528,7 @@ class ConnectionPool:
             raise HttpError("client is closed")
         idle = self._idle
         slots = self._slots
-        if not idle or slots._free <= 0 or slots._waiters:  # _Slots.try_take's test, inline
+        if not idle or slots._free <= 0 or slots._waiters:  # Slots.try_take's test, inline
             return None
         slots._free -= 1
         conn = idle.pop()  # _take_idle, inline for its common case (the newest idle connection is open)
@@ -556,7 +558,7 @@ class ConnectionPool:
             if slots._waiters:
                 slots.give()
             else:
-                slots._free += 1  # _Slots.give with nobody waiting
+                slots._free += 1  # Slots.give with nobody waiting
             return
         self._release(conn, False)
 

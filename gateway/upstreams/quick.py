@@ -18,12 +18,13 @@ message is complete (the connection back to the pool), the connection fails, or 
 after that ``conn`` is None and the parser's events no longer reach it. An event over the carrier's
 ``max_message_bytes`` fails the call (-32603, as the awaited path's parser refusal does) and closes
 the connection; so does a body that is no stream once it is over that size (-32095), checked after
-each read that leaves it unfinished. The rare paths stay tasks (``task``): a stream that ended
-before its response is resumed with Last-Event-ID (gateway/upstreams/post_stream.py's ``resume``),
-and a request whose kept-alive connection proved closed before any byte of the answer is sent once
-more, afresh. Nothing is
-buffered beyond the parser's one unfinished event, so there is nothing to pause reading for (the
-awaited path pauses only when its own reading task falls behind, which cannot happen here).
+each read that leaves it unfinished, and a head over ``max_response_head_bytes`` (-32095 too; the
+connection counts it: httpclient.py's ``_head_read``). The rare paths stay tasks (``task``): a
+stream that ended before its response is resumed with Last-Event-ID
+(gateway/upstreams/post_stream.py's ``resume``), and a request whose kept-alive connection proved
+closed before any byte of the answer is sent once more, afresh. Nothing is buffered beyond the
+parser's one unfinished event, so there is nothing to pause reading for (the awaited path pauses
+only when its own reading task falls behind, which cannot happen here).
 """
 
 from __future__ import annotations
@@ -58,11 +59,12 @@ class QuickExchange:
         "_pool",
         "_retry_ms",
         "_sse",
-        "_status",
         "conn",
+        "head_bytes",
         "headers",
         "message",
         "received_any",
+        "status",
         "task",
     )
 
@@ -75,8 +77,9 @@ class QuickExchange:
         self.headers = headers
         self.conn: _Connection | None = None
         self.task: asyncio.Task[None] | None = None
-        self._status = 0
+        self.status = 0  # 0 until the answer's head is complete
         self.received_any = False  # set by the connection at the answer's first bytes
+        self.head_bytes = 0  # counted by the connection while the head is unfinished after a read
         self._sse: SSEParser | None = None  # set at the headers of a stream
         self._answered = False  # the stream carried the response (what follows is drained)
         self._last_id: str | None = None
@@ -104,7 +107,7 @@ class QuickExchange:
         """Not called: the connection's quick parser keeps the body pieces (try_start's exchange)."""
 
     def on_headers_complete(self, status: int) -> None:
-        self._status = status
+        self.status = status
         conn = self.conn
         if status < 400 and conn is not None and conn.content_type.startswith(b"text/event-stream"):
             self._carrier.last_status = status
@@ -209,9 +212,9 @@ class QuickExchange:
         carrier = self._carrier
         # A body over the limit (the call fails in _answer) closes its connection, as on the awaited path.
         self._pool.release(conn, keep_alive and len(data) <= carrier._max)
-        carrier.last_status = self._status
+        carrier.last_status = self.status
         try:
-            carrier._answer(self.message, self._status, data)
+            carrier._answer(self.message, self.status, data)
         except Exception:
             # As in _events: the call fails now rather than at its deadline.
             log.exception("backend %s: handling an answer failed", carrier._name)

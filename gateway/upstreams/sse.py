@@ -13,7 +13,7 @@ from gateway import jsonrpc, sse
 from gateway.sse import SSEParser
 from gateway.upstreams.base import Carrier, CarrierClosed, Inbound
 from gateway.upstreams.egress import BackendEgress
-from gateway.upstreams.httpclient import ConnectionPool, HttpError, target_of
+from gateway.upstreams.httpclient import MAX_HEAD_BYTES, ConnectionPool, HttpError, target_of
 
 log = logging.getLogger(__name__)
 
@@ -27,12 +27,14 @@ class SseCarrier(Carrier):
         max_message_bytes: int,
         connect_timeout_s: float,
         egress: BackendEgress | None = None,
+        max_head_bytes: int = MAX_HEAD_BYTES,
     ) -> None:
         self._name = name
         self._url = url
         self._egress = egress  # proxy and TLS (issue 17); None: directly, the system's CAs
         self._headers = headers
         self._max = max_message_bytes
+        self._max_head = max_head_bytes
         self._connect_timeout = connect_timeout_s
         self._pool: ConnectionPool | None = None
         self._endpoint: str | None = None
@@ -44,7 +46,8 @@ class SseCarrier(Carrier):
         return f"sse:{self._url}"
 
     async def open(self, inbound: Inbound) -> None:
-        self._pool = ConnectionPool(self._url, route=self._egress.route(self._url) if self._egress else None)
+        route = self._egress.route(self._url) if self._egress else None
+        self._pool = ConnectionPool(self._url, route=route, max_head_bytes=self._max_head)
         endpoint_ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._read(inbound, endpoint_ready), name=f"sse-{self._name}")
         try:

@@ -1,4 +1,4 @@
-"""The connection pool's slots (gateway/upstreams/httpclient.py): at most ``max_connections``
+"""The connection pool's slots (gateway/upstreams/slots.py, used by httpclient.py): at most ``max_connections``
 exchanges at once, taken with or without waiting, handed on in order, never lost to a cancellation."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import asyncio
 
 import pytest
 
-from gateway.upstreams.httpclient import _Slots
+from gateway.upstreams.slots import Slots
 
 
 async def test_slots_are_taken_without_waiting_until_none_is_free() -> None:
-    slots = _Slots(2)
+    slots = Slots(2)
     assert slots.try_take() and slots.try_take()
     assert not slots.try_take()
     slots.give()
@@ -19,7 +19,7 @@ async def test_slots_are_taken_without_waiting_until_none_is_free() -> None:
 
 
 async def test_waiters_are_served_in_order_and_nobody_overtakes_them() -> None:
-    slots = _Slots(1)
+    slots = Slots(1)
     assert slots.try_take()
     order: list[int] = []
 
@@ -40,7 +40,7 @@ async def test_waiters_are_served_in_order_and_nobody_overtakes_them() -> None:
 
 
 async def test_a_waiter_cancelled_as_it_is_handed_a_slot_passes_it_on() -> None:
-    slots = _Slots(1)
+    slots = Slots(1)
     assert slots.try_take()
     first = asyncio.create_task(slots.take())
     second = asyncio.create_task(slots.take())
