@@ -170,10 +170,11 @@ class Limits(_Model):
         description="How long a response may wait on a client that reads nothing (its socket buffer full) "
         "before the connection is dropped.",
     )
-    # uvicorn's default, in whole seconds as uvicorn takes it. An idle connection costs a descriptor and its buffers (about 16 KB, the cost
-    # of an idle stream in bench-idle); HTTP clients reuse a kept-alive connection within a few
-    # seconds or not at all. Raise it behind a balancer that keeps its pooled connections longer
-    # (its own idle timeout must be the shorter one, else it sends on a socket being closed).
+    # uvicorn's default, in whole seconds as uvicorn takes it. An idle connection costs a descriptor
+    # and its buffers (an idle stream's ~15 KB in bench-idle); HTTP clients reuse a kept-alive
+    # connection within a few seconds or not at all. Raise it behind a balancer that keeps its pooled
+    # connections longer (its own idle timeout must be the shorter one, else it sends on a socket
+    # being closed).
     keep_alive_timeout_s: int = Field(
         5,
         ge=1,
