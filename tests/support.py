@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,7 @@ from tools.procs import (
 )
 
 if TYPE_CHECKING:
-    from gateway.config import Backend
+    from gateway.config import Backend, Limits
     from gateway.upstreams.connection import BackendConnection, CallOwner
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -264,17 +264,25 @@ async def http_backend(
     handler: Any = None,
     name: str = "raw",
     wait_s: float = 5.0,
+    limits: Limits | None = None,
 ) -> AsyncIterator[BackendConnection]:
     """A started legacy-era connection to the HTTP backend at ``url`` (MCPC off), ready within ``wait_s``;
-    closed on the way out. ``handler``: who hears the backend (default a :class:`QuietHandler`)."""
+    closed on the way out. ``handler``: who hears the backend (default a :class:`QuietHandler`).
+    ``limits``: its carrier made as the gateway makes it, under these (``max_bytes`` is then unused)."""
     from gateway.config import Backend
+    from gateway.upstreams import make_carrier
+    from gateway.upstreams.base import Carrier
     from gateway.upstreams.connection import BackendConnection
     from gateway.upstreams.http import HttpCarrier
 
     config = Backend(transport="http", url=url, era="legacy", timeout_s=timeout_s, mcpc="off")
-    conn = BackendConnection(
-        name, config, lambda: HttpCarrier(name, url, {}, max_bytes), handler or QuietHandler(), {"name": "sb"}
-    )
+
+    def carrier() -> Carrier:
+        if limits is not None:
+            return make_carrier(name, config, limits)
+        return HttpCarrier(name, url, {}, max_bytes)
+
+    conn = BackendConnection(name, config, carrier, handler or QuietHandler(), {"name": "sb"})
     await conn.start()
     try:
         assert await conn.wait_ready(wait_s)
@@ -282,6 +290,31 @@ async def http_backend(
     finally:
         async with asyncio.timeout(wait_s):
             await conn.close()
+
+
+async def call_tool(conn: BackendConnection, name: str, wait_s: float = 10.0) -> dict[str, Any]:
+    """The answer to a ``tools/call`` of ``name`` (no arguments) over ``conn``, or its error as the
+    JSON-RPC answer a client gets."""
+    from gateway import jsonrpc
+
+    async with asyncio.timeout(wait_s):
+        try:
+            return await conn.request("tools/call", {"name": name, "arguments": {}})
+        except jsonrpc.RpcError as exc:
+            return {"jsonrpc": "2.0", "error": exc.to_error()}
+
+
+def text_of(answer: dict[str, Any]) -> str:
+    """The text of a tool result's first content item."""
+    return str(answer["result"]["content"][0]["text"])
+
+
+async def until_in(names: set[str], name: str, wait_s: float = 10.0) -> None:
+    """Until ``name`` is in ``names`` (a hand-written server's record, e.g. of the calls whose connection
+    has ended)."""
+    async with asyncio.timeout(wait_s):
+        while name not in names:  # noqa: ASYNC110 (such a server offers a set, not events)
+            await asyncio.sleep(0.005)
 
 
 async def ready_then_call(
@@ -415,6 +448,61 @@ async def served_by_gateway_protocol(app: Any, gateway: Any, backend: str) -> As
     async with served_by_protocol(app) as (server, port):
         assert await gateway.connections[backend].wait_ready(10)
         yield server, port
+
+
+@dataclass
+class RawBackend:
+    """What :func:`raw_mcp_backend` saw: its URL, the tool calls of each connection, and the calls whose
+    connection has ended (either side closed)."""
+
+    url: str = ""
+    connections: list[list[str]] = field(default_factory=list)
+    closed: set[str] = field(default_factory=set)
+
+
+# (a tool call's name, its JSON-RPC id, the connection's reader and writer) -> whether the connection
+# goes on (False: it is closed).
+OnToolCall = Callable[[str, Any, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[bool]]
+
+
+@contextlib.asynccontextmanager
+async def raw_mcp_backend(on_call: OnToolCall, init: dict[str, Any], seen: RawBackend) -> AsyncIterator[RawBackend]:
+    """A hand-written legacy MCP backend over HTTP/1.1 (:func:`raw_http_server`), for answers no real
+    server gives: a GET gets 405 (no stream), a notification 202, ``initialize`` the result ``init``;
+    each other request is a tool call whose answer (or misbehaviour) is ``on_call``'s. Records in
+    ``seen`` (which may be a subclass with a test's own fields), and yields it with its URL set."""
+    import orjson
+
+    from gateway import jsonrpc
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        names: list[str] = []  # the calls this connection carried
+        seen.connections.append(names)
+        try:
+            while True:
+                lines, _headers, body = await read_http_request(reader)
+                message = orjson.loads(body) if lines[0].startswith("POST") else {}
+                if not message:
+                    writer.write(b"HTTP/1.1 405 X\r\ncontent-length: 0\r\n\r\n")
+                elif "id" not in message:
+                    writer.write(b"HTTP/1.1 202 X\r\ncontent-length: 0\r\n\r\n")
+                elif message["method"] == "initialize":
+                    answer = orjson.dumps(jsonrpc.result(message["id"], init))
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n")
+                    writer.write(b"content-length: %d\r\n\r\n%s" % (len(answer), answer))
+                else:
+                    names.append(message["params"]["name"])
+                    if not await on_call(names[-1], message["id"], reader, writer):
+                        return
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            seen.closed.update(names)
+            writer.close()
+
+    async with raw_http_server(handle) as seen.url:
+        yield seen
 
 
 @contextlib.asynccontextmanager

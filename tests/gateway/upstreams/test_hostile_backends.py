@@ -22,7 +22,7 @@ import pytest
 
 from gateway import errors, jsonrpc
 from gateway.upstreams.connection import BackendConnection
-from tests.support import http_backend, raw_http_server, read_http_request
+from tests.support import RawBackend, call_tool, http_backend, raw_mcp_backend, text_of, until_in
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -33,9 +33,7 @@ INIT = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverI
 
 
 @dataclass
-class Server:
-    url: str = ""
-    closed: set[str] = field(default_factory=set)  # the calls whose connection has ended (either side closed)
+class Server(RawBackend):
     sent: dict[str, int] = field(default_factory=dict)  # bytes written per misbehaviour, until the peer left
     served: list[str] = field(default_factory=list)  # the tool calls answered properly
     unsolicited_sent: asyncio.Event = field(default_factory=asyncio.Event)
@@ -106,43 +104,19 @@ async def _misbehave(
     return False
 
 
-@contextlib.asynccontextmanager
-async def _serve() -> AsyncIterator[Server]:
+def _serve() -> contextlib.AbstractAsyncContextManager[Server]:
     seen = Server()
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        names: list[str] = []  # the calls this connection carried
-        try:
-            while True:
-                lines, _headers, body = await read_http_request(reader)
-                if not lines[0].startswith("POST"):
-                    writer.write(b"HTTP/1.1 405 X\r\ncontent-length: 0\r\n\r\n")
-                    continue
-                message = orjson.loads(body)
-                if "id" not in message:
-                    writer.write(b"HTTP/1.1 202 X\r\ncontent-length: 0\r\n\r\n")
-                    continue
-                rpc_id = message["id"]
-                if message["method"] == "initialize":
-                    writer.write(_response(b"application/json", orjson.dumps(jsonrpc.result(rpc_id, INIT))))
-                    continue
-                name = message["params"]["name"]
-                names.append(name)
-                if not await _misbehave(name, rpc_id, reader, writer, seen):
-                    return
-                if name != "unsolicited":
-                    seen.served.append(name)
-                    result = jsonrpc.result(rpc_id, {"content": [{"type": "text", "text": name}]})
-                    writer.write(_response(b"application/json", orjson.dumps(result)))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            seen.closed.update(names)
-            writer.close()
+    async def on_call(name: str, rpc_id: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        if not await _misbehave(name, rpc_id, reader, writer, seen):
+            return False
+        if name != "unsolicited":
+            seen.served.append(name)
+            result = jsonrpc.result(rpc_id, {"content": [{"type": "text", "text": name}]})
+            writer.write(_response(b"application/json", orjson.dumps(result)))
+        return True
 
-    async with raw_http_server(handle) as seen.url:
-        yield seen
+    return raw_mcp_backend(on_call, INIT, seen)
 
 
 @contextlib.asynccontextmanager
@@ -151,26 +125,6 @@ async def _connected(server: Server) -> AsyncIterator[BackendConnection]:
         server.url, max_bytes=MAX_BYTES, timeout_s=TIMEOUT_S, name="hostile", wait_s=WAIT_S
     ) as conn:
         yield conn
-
-
-async def _call(conn: BackendConnection, name: str) -> dict[str, Any]:
-    """The call's answer, or its error as the JSON-RPC answer the client gets (jsonrpc.RpcError)."""
-    async with asyncio.timeout(WAIT_S):
-        try:
-            return await conn.request("tools/call", {"name": name, "arguments": {}})
-        except jsonrpc.RpcError as exc:
-            return {"jsonrpc": "2.0", "error": exc.to_error()}
-
-
-def _text(answer: dict[str, Any]) -> str:
-    return str(answer["result"]["content"][0]["text"])
-
-
-async def _closed(server: Server, name: str) -> None:
-    """Until the connection that carried the call ``name`` has ended."""
-    async with asyncio.timeout(WAIT_S):
-        while name not in server.closed:  # noqa: ASYNC110 (the raw server offers a set, not events)
-            await asyncio.sleep(0.005)
 
 
 HOSTILE = {
@@ -196,27 +150,27 @@ async def test_a_hostile_answer_fails_the_call_and_the_next_call_works(name: str
     code, words = HOSTILE[name]
     async with _serve() as server, _connected(server) as conn:
         if warm:
-            assert _text(await _call(conn, "warm")) == "warm"
-        answer = await _call(conn, name)
+            assert text_of(await call_tool(conn, "warm")) == "warm"
+        answer = await call_tool(conn, name)
         assert (name in quick) == warm  # the path this case meant to test
         assert answer["error"]["code"] == code and words in answer["error"]["message"], answer
-        await _closed(server, name)  # the connection it used is closed, never reused
+        await until_in(server.closed, name)  # the connection it used is closed, never reused
         if name in server.sent:
             assert server.sent[name] < 16 * MAX_BYTES  # the client stopped reading: memory stayed bounded
-        assert _text(await _call(conn, "after")) == "after"
+        assert text_of(await call_tool(conn, "after")) == "after"
         assert conn.inflight == 0
 
 
 async def test_bytes_on_an_idle_kept_alive_connection_close_it() -> None:
     """A response no request asked for must not be taken as the next request's answer."""
     async with _serve() as server, _connected(server) as conn:
-        assert _text(await _call(conn, "unsolicited")) == "unsolicited"
+        assert text_of(await call_tool(conn, "unsolicited")) == "unsolicited"
         async with asyncio.timeout(WAIT_S):
             await server.unsolicited_sent.wait()
         # The client closes that connection as the stray bytes arrive. (Bytes that arrive after the next
         # request went out on it cannot be told from its answer: HTTP/1.1 has no request ids. A stray
         # answer of another id is then dropped by id, and that call ends at its deadline.)
-        await _closed(server, "unsolicited")
+        await until_in(server.closed, "unsolicited")
         for name in ("one", "two", "three"):
-            answer = await _call(conn, name)
-            assert _text(answer) == name, answer  # never "stray"
+            answer = await call_tool(conn, name)
+            assert text_of(answer) == name, answer  # never "stray"

@@ -25,11 +25,10 @@ import pydantic
 import pytest
 
 from gateway import errors, jsonrpc
-from gateway.config import Backend, Limits
-from gateway.upstreams import make_carrier
+from gateway.config import Limits
 from gateway.upstreams.connection import BackendConnection
 from gateway.upstreams.httpclient import MAX_HEAD_BYTES
-from tests.support import QuietHandler, raw_http_server, read_http_request
+from tests.support import RawBackend, call_tool, http_backend, raw_mcp_backend, text_of, until_in
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -41,11 +40,8 @@ INIT = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverI
 
 
 @dataclass
-class Server:
-    limit: int
-    url: str = ""
-    connections: list[list[str]] = field(default_factory=list)  # the calls of each connection, in order
-    closed: set[str] = field(default_factory=set)  # the calls whose connection has ended
+class Server(RawBackend):
+    limit: int = LIMIT
     sent: dict[str, int] = field(default_factory=dict)  # bytes of an endless head written until the peer left
 
 
@@ -113,71 +109,18 @@ async def _misbehave(name: str, rpc_id: Any, writer: asyncio.StreamWriter, serve
     return True
 
 
-@contextlib.asynccontextmanager
-async def _serve(limit: int = LIMIT) -> AsyncIterator[Server]:
-    seen = Server(limit)
+def _serve(limit: int = LIMIT) -> contextlib.AbstractAsyncContextManager[Server]:
+    seen = Server(limit=limit)
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        names: list[str] = []
-        seen.connections.append(names)
-        try:
-            while True:
-                lines, _headers, body = await read_http_request(reader)
-                message = orjson.loads(body) if lines[0].startswith("POST") else {}
-                if not message:
-                    writer.write(b"HTTP/1.1 405 X\r\ncontent-length: 0\r\n\r\n")  # no GET stream
-                elif "id" not in message:
-                    writer.write(b"HTTP/1.1 202 X\r\ncontent-length: 0\r\n\r\n")
-                elif message["method"] == "initialize":
-                    writer.write(_response(orjson.dumps(jsonrpc.result(message["id"], INIT))))
-                else:
-                    names.append(message["params"]["name"])
-                    if not await _misbehave(names[-1], message["id"], writer, seen):
-                        return
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            seen.closed.update(names)
-            writer.close()
+    async def on_call(name: str, rpc_id: Any, _reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        return await _misbehave(name, rpc_id, writer, seen)
 
-    async with raw_http_server(handle) as seen.url:
-        yield seen
+    return raw_mcp_backend(on_call, INIT, seen)
 
 
-@contextlib.asynccontextmanager
-async def _connected(server: Server, limits: Limits) -> AsyncIterator[BackendConnection]:
+def _connected(server: Server, limits: Limits) -> contextlib.AbstractAsyncContextManager[BackendConnection]:
     """A legacy-era connection to ``server``, its carrier made as the gateway makes it (``limits``)."""
-    config = Backend(transport="http", url=server.url, era="legacy", timeout_s=TIMEOUT_S, mcpc="off")
-    conn = BackendConnection(
-        "heads", config, lambda: make_carrier("heads", config, limits), QuietHandler(), {"name": "sb"}
-    )
-    await conn.start()
-    try:
-        assert await conn.wait_ready(WAIT_S)
-        yield conn
-    finally:
-        async with asyncio.timeout(WAIT_S):
-            await conn.close()
-
-
-async def _call(conn: BackendConnection, name: str) -> dict[str, Any]:
-    """The call's answer, or its error as the JSON-RPC answer the client gets."""
-    async with asyncio.timeout(WAIT_S):
-        try:
-            return await conn.request("tools/call", {"name": name, "arguments": {}})
-        except jsonrpc.RpcError as exc:
-            return {"jsonrpc": "2.0", "error": exc.to_error()}
-
-
-def _text(answer: dict[str, Any]) -> str:
-    return str(answer["result"]["content"][0]["text"])
-
-
-async def _closed(server: Server, name: str) -> None:
-    async with asyncio.timeout(WAIT_S):
-        while name not in server.closed:  # noqa: ASYNC110 (the raw server offers a set, not events)
-            await asyncio.sleep(0.005)
+    return http_backend(server.url, limits=limits, timeout_s=TIMEOUT_S, name="heads", wait_s=WAIT_S)
 
 
 def test_the_limit_is_a_documented_field_of_64_kib() -> None:
@@ -194,19 +137,19 @@ async def test_a_head_over_the_limit_fails_the_call_at_once_and_closes_its_conne
 ) -> None:
     async with _serve() as server, _connected(server, Limits()) as conn:
         if warm:
-            assert _text(await _call(conn, "warm")) == "warm"
+            assert text_of(await call_tool(conn, "warm")) == "warm"
         started = time.monotonic()
-        answer = await _call(conn, name)
+        answer = await call_tool(conn, name)
         took = time.monotonic() - started
         assert (name in quick) == warm  # the path this case meant to test
         error = answer["error"]
         assert error["code"] == errors.PAYLOAD_TOO_LARGE, answer
         assert error["message"] == f"backend heads sent a response head over {LIMIT} bytes", answer
         assert took < FAST_S  # on the limit, not at the call's deadline (TIMEOUT_S)
-        await _closed(server, name)  # the connection is closed, never returned to the pool
+        await until_in(server.closed, name)  # the connection is closed, never returned to the pool
         if name in server.sent:
             assert server.sent[name] < 16 * LIMIT  # the client stopped reading: what it held stayed bounded
-        assert _text(await _call(conn, "after")) == "after"
+        assert text_of(await call_tool(conn, "after")) == "after"
         carried = next(names for names in server.connections if name in names)
         assert carried[-1] == name  # nothing went on the refused connection after it
         assert conn.inflight == 0
@@ -216,16 +159,16 @@ async def test_a_head_over_the_limit_fails_the_call_at_once_and_closes_its_conne
 async def test_a_head_unfinished_at_the_limit_is_answered(warm: bool, quick: list[str]) -> None:
     async with _serve() as server, _connected(server, Limits()) as conn:
         if warm:
-            assert _text(await _call(conn, "warm")) == "warm"
-        assert _text(await _call(conn, "at-limit")) == "at-limit"
+            assert text_of(await call_tool(conn, "warm")) == "warm"
+        assert text_of(await call_tool(conn, "at-limit")) == "at-limit"
         assert ("at-limit" in quick) == warm
-        assert _text(await _call(conn, "after")) == "after"
+        assert text_of(await call_tool(conn, "after")) == "after"
 
 
 async def test_the_configured_limit_is_the_one_applied() -> None:
     limit = 4096
     async with _serve(limit) as server, _connected(server, Limits(max_response_head_bytes=limit)) as conn:
-        assert _text(await _call(conn, "at-limit")) == "at-limit"
-        answer = await _call(conn, "endless-lines")
+        assert text_of(await call_tool(conn, "at-limit")) == "at-limit"
+        answer = await call_tool(conn, "endless-lines")
         assert answer["error"]["message"] == f"backend heads sent a response head over {limit} bytes", answer
         assert server.sent["endless-lines"] < 16 * limit
