@@ -27,12 +27,12 @@ import contextlib
 import ssl
 from collections import deque
 from collections.abc import AsyncGenerator, Mapping
-from typing import Protocol
 from urllib.parse import urlsplit
 
 import httptools
 
 from gateway.upstreams.egress import Route, default_context
+from gateway.upstreams.exchange import AfterRead, Exchange
 from gateway.upstreams.slots import Slots
 from gateway.upstreams.tunnel import TunnelError, open_connection, reset_hint, tls_alert
 from gateway.write_batch import WriteBatch, write_batch
@@ -67,33 +67,6 @@ class HeadTooLarge(HttpError):
         self.limit = limit
 
 
-class Exchange(Protocol):
-    """Who hears the parser's events of one response (a :class:`Response`, or a caller's own).
-
-    ``received_any`` is set by the connection when the first bytes of the answer arrive. The headers go
-    to :meth:`on_header` and the body to :meth:`on_body` only on :meth:`_Connection.start`'s exchanges. A
-    :meth:`ConnectionPool.try_start` exchange has its connection's quick parser: its connection keeps the
-    one header it needs, ``content_type``, and its body pieces go into the connection's ``body`` list by a
-    C-level call; it reads ``content_type`` at :meth:`on_headers_complete`, and the body pieces after each
-    read (``after_read``) or at :meth:`on_message_complete`."""
-
-    received_any: bool
-    status: int  # 0 until the head is complete (on_headers_complete)
-    head_bytes: int  # the reads that left the head unfinished, added up by the connection (_head_read)
-
-    def on_header(self, name: bytes, value: bytes) -> None: ...
-    def on_headers_complete(self, status: int) -> None: ...
-    def on_body(self, body: bytes) -> None: ...
-    def on_message_complete(self, keep_alive: bool) -> None: ...
-    def fail(self, exc: Exception) -> None: ...
-
-
-class AfterRead(Protocol):
-    """An exchange that hears when each read that fed its parser is done (``_Connection.after_read``)."""
-
-    def after_read(self) -> None: ...
-
-
 class _QuickCallbacks:
     """The callbacks of a connection's quick parser (:meth:`ConnectionPool.try_start`'s exchanges): the body
     pieces go into the connection's list by a C-level call, not a Python call per chunk relayed to the
@@ -118,6 +91,7 @@ class _Connection(asyncio.Protocol):
         "body",
         "closed",
         "content_type",
+        "interim",
         "max_head",
         "relay_headers",
         "response",
@@ -128,6 +102,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.max_head = max_head  # bytes of a response head (status line and headers) at most
+        self.interim = False  # parsing a 1xx answer, which comes before the exchange's own (_informational)
         self.response: Exchange | None = None
         self.relay_headers = False  # start()'s exchange: the relaying parser, else the quick one
         # A quick exchange's response (try_start): its Content-Type, its body pieces not yet taken.
@@ -201,14 +176,18 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         if self.response is not None:
-            self.response.on_headers_complete(self._parser.get_status_code())
+            status = self._parser.get_status_code()
+            if not self._informational(status):
+                self.response.on_headers_complete(status)
 
     def on_body(self, body: bytes) -> None:
         if self.response is not None:
             self.response.on_body(body)
 
     def on_message_complete(self) -> None:
-        if self.response is not None:
+        if self.interim:
+            self.interim = False
+        elif self.response is not None:
             # httptools forgets keep-alive once the message is done, so it is read here.
             self.response.on_message_complete(self._parser.should_keep_alive())
 
@@ -219,11 +198,28 @@ class _Connection(asyncio.Protocol):
 
     def quick_headers_complete(self) -> None:
         if self.response is not None:
-            self.response.on_headers_complete(self._quick.get_status_code())
+            status = self._quick.get_status_code()
+            if not self._informational(status):
+                self.response.on_headers_complete(status)
 
     def quick_message_complete(self) -> None:
-        if self.response is not None:
+        if self.interim:
+            self.interim = False
+        elif self.response is not None:
             self.response.on_message_complete(self._quick.should_keep_alive())
+
+    def _informational(self, status: int) -> bool:
+        """Whether the head just parsed is a 1xx answer (100 Continue, 103 Early Hints: RFC 9110 §15.2),
+        which comes before the final one on the same exchange and is not it: its end is skipped, and what
+        its header lines left (a ``Response``'s headers, a quick exchange's Content-Type) forgotten. 101
+        (an upgrade, never asked for) is a final answer, refused as any other non-2xx."""
+        if status >= 200 or status == 101:
+            return False
+        self.interim = True
+        self.content_type = b""
+        assert self.response is not None
+        self.response.on_informational()
+        return True
 
     # -- exchange
     def start(self, response: Exchange) -> None:
@@ -264,6 +260,9 @@ class Response:
     # -- parser events (relayed by the connection)
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_informational(self) -> None:
+        self.headers.clear()
 
     def on_headers_complete(self, status: int) -> None:
         self.status = status

@@ -106,6 +106,9 @@ class QuickExchange:
     def on_body(self, body: bytes) -> None:
         """Not called: the connection's quick parser keeps the body pieces (try_start's exchange)."""
 
+    def on_informational(self) -> None:
+        """Nothing kept: the connection's own Content-Type is reset by it."""
+
     def on_headers_complete(self, status: int) -> None:
         self.status = status
         conn = self.conn
