@@ -8,7 +8,9 @@ a request head, then its body, that does not arrive within ``request_head_timeou
 ``request_body_timeout_s`` gets a 408; a head over ``max_request_head_bytes`` a 431; a connection
 beyond ``max_client_connections`` a 503 (each then closes); a client that reads nothing for
 ``response_send_timeout_s`` while its socket is full, or while a close waits on it, is aborted
-(ADR 0023).
+(ADR 0023). A refusal of the protocol's own (408, 431, 503) is sent with the end of our side, and what
+the client still sends is read and dropped for ``LINGER_S`` at most (a lingering close): closed at once
+with the client's bytes unread, the kernel would reset the connection and the client lose the refusal.
 """
 
 from __future__ import annotations
@@ -127,7 +129,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
                 self.logger.warning("Client connections over %d: new ones refused (503).", cap)
             body = _rpc_error(f"Over {cap} client connections; try again later")
             self.transport.write(_closing_response(b"503 Service Unavailable", body, self.server_state.default_headers))
-            self.transport.close()
+            self._close_after_refusal()
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -368,7 +370,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             body = _rpc_error(f"Request head over {head_limit} bytes")
             status = b"431 Request Header Fields Too Large"
             self.transport.write(_closing_response(status, body, self.server_state.default_headers))
-        self.transport.close()
+        self._close_after_refusal()
 
     def _request_timed_out(self, owed: int) -> None:
         """The client did not send the rest of a request in time: a 408, unless an earlier response on
@@ -389,9 +391,49 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         if answer:
             body = _rpc_error(f"Request {what} not received within {limit:g} s")
             self.transport.write(_closing_response(b"408 Request Timeout", body, self.server_state.default_headers))
-        self.transport.close()
+        self._close_after_refusal()
+
+    def _close_after_refusal(self) -> None:
+        """Close a connection the protocol refused itself (408, 431, 503) so that the client can read the
+        refusal: a close with bytes of the client's still unread makes the kernel send a reset, and the
+        client's kernel then drops the refusal unread (a client sending its head or body slowly is still
+        sending). So the refusal is sent with the end of our side (FIN), and the socket is handed to a
+        protocol that drops what the client still sends until it closes, for ``LINGER_S`` at most (nginx's
+        lingering close). Under TLS, which has no half-close, it is closed at once."""
+        socket = self._conn.socket
+        if self.transport.is_closing() or not socket.can_write_eof():
+            self.transport.close()
+            return
+        self.transport.write_eof()  # what is buffered leaves first (CoalescingTransport.write_eof)
+        socket.set_protocol(_Lingering(socket, self.loop))
+        # This protocol is done with the connection: uvicorn's bookkeeping and ours, with an exception
+        # because uvicorn's would otherwise close the socket at once (what the lingering avoids).
+        self.connection_lost(_REFUSED)
 
 
+class _Lingering(asyncio.Protocol):
+    """A refused connection's last seconds (``_close_after_refusal``): what the client sends is dropped
+    unread-by-anyone, its end closes the socket, and ``LINGER_S`` after the refusal it is aborted."""
+
+    __slots__ = ("_timer",)
+
+    def __init__(self, socket: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = loop.call_later(LINGER_S, socket.abort)
+
+    def data_received(self, data: bytes) -> None:
+        pass  # the refusal is given; nothing the client sends now is read
+
+    def eof_received(self) -> bool:
+        return False  # the client has read and closed: the transport closes
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._timer.cancel()
+
+
+# How long a refused connection is kept reading and dropping what its client still sends (nginx's
+# lingering_timeout is 5 s between reads, 30 s in all; a refused client gets less).
+LINGER_S = 2.0
+_REFUSED = ConnectionAbortedError("refused by the gateway (lingering close)")
 _NOTHING, _HEAD, _BODY = 0, 1, 2  # what of a request a client owes (CoalescingHttpToolsProtocol._owed)
 _DEFAULT_LIMITS = Limits()  # for an app that names none (tests' own apps)
 _refusals_logged = [float("-inf")]  # when a refused connection was last logged (loop time)

@@ -138,6 +138,23 @@ async def test_a_head_trickled_byte_by_byte_gets_408(gateway: RunningGateway) ->
         writer.close()
 
 
+async def test_a_client_still_sending_after_its_refusal_reads_it(gateway: RunningGateway) -> None:
+    """The refusal survives bytes the client is still sending: the gateway sends it with its end of the
+    connection and then reads and drops the rest (a lingering close). Closed at once with those bytes
+    unread, the kernel sends a reset instead, which discards the refusal on the client's side."""
+    reader, writer = await _connect(_port(gateway))
+    try:
+        # One write far over the head limit: the 431 comes while most of it is still on its way.
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"b" * (4 << 20))
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+        status, headers, _body = await read_response(reader)
+        assert status == 431 and headers["connection"] == "close"
+        assert await _closed_after(reader, 5) == b""
+    finally:
+        writer.close()
+
+
 async def test_a_head_that_never_ends_gets_431(gateway: RunningGateway) -> None:
     """Within its timeout, a head sent as fast as the socket takes it stops at the head limit."""
     port = _port(gateway)
