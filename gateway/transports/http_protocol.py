@@ -127,9 +127,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             if now >= _refusals_logged[0] + 60.0:
                 _refusals_logged[0] = now
                 self.logger.warning("Client connections over %d: new ones refused (503).", cap)
-            body = _rpc_error(f"Over {cap} client connections; try again later")
-            self.transport.write(_closing_response(b"503 Service Unavailable", body, self.server_state.default_headers))
-            self._close_after_refusal()
+            self._refuse(b"503 Service Unavailable", f"Over {cap} client connections; try again later")
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -366,11 +364,9 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         conn.owed = _NOTHING
         head_limit = conn.limits.max_request_head_bytes
         self.logger.info("Request head over %d bytes: 431, connection closed.", head_limit)
-        if cycle is None or cycle.response_complete:  # else an earlier response is under way: just close
-            body = _rpc_error(f"Request head over {head_limit} bytes")
-            status = b"431 Request Header Fields Too Large"
-            self.transport.write(_closing_response(status, body, self.server_state.default_headers))
-        self._close_after_refusal()
+        # An earlier response still under way must not be cut into: then just the close.
+        answer = cycle is None or cycle.response_complete
+        self._refuse(b"431 Request Header Fields Too Large", f"Request head over {head_limit} bytes", answer)
 
     def _request_timed_out(self, owed: int) -> None:
         """The client did not send the rest of a request in time: a 408, unless an earlier response on
@@ -388,9 +384,19 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         what = "head" if owed == _HEAD else "body"
         limit = self._allowed(owed)
         self.logger.info("Request %s not received within %g s: 408, connection closed.", what, limit)
+        self._refuse(b"408 Request Timeout", f"Request {what} not received within {limit:g} s", answer)
+
+    def _refuse(self, status: bytes, message: str, answer: bool = True) -> None:
+        """The protocol's own refusal: ``status`` with a JSON-RPC error of id null (no request was read)
+        saying ``message``, unless not ``answer``; then the connection closes (:meth:`_close_after_refusal`)."""
         if answer:
-            body = _rpc_error(f"Request {what} not received within {limit:g} s")
-            self.transport.write(_closing_response(b"408 Request Timeout", body, self.server_state.default_headers))
+            body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}).encode()
+            head = [b"HTTP/1.1 ", status, b"\r\n"]
+            head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
+            head.append(
+                b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body)
+            )
+            self.transport.write(b"".join(head) + body)
         self._close_after_refusal()
 
     def _close_after_refusal(self) -> None:
@@ -412,8 +418,8 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
 
 
 class _Lingering(asyncio.Protocol):
-    """A refused connection's last seconds (``_close_after_refusal``): what the client sends is dropped
-    unread-by-anyone, its end closes the socket, and ``LINGER_S`` after the refusal it is aborted."""
+    """A refused connection's last seconds (``_close_after_refusal``): what the client sends is dropped,
+    its end closes the socket, and ``LINGER_S`` after the refusal it is aborted."""
 
     __slots__ = ("_timer",)
 
@@ -434,7 +440,7 @@ class _Lingering(asyncio.Protocol):
 # lingering_timeout is 5 s between reads, 30 s in all; a refused client gets less).
 LINGER_S = 2.0
 _REFUSED = ConnectionAbortedError("refused by the gateway (lingering close)")
-_NOTHING, _HEAD, _BODY = 0, 1, 2  # what of a request a client owes (CoalescingHttpToolsProtocol._owed)
+_NOTHING, _HEAD, _BODY = 0, 1, 2  # what of a request a client owes (_PerConnection.owed)
 _DEFAULT_LIMITS = Limits()  # for an app that names none (tests' own apps)
 _refusals_logged = [float("-inf")]  # when a refused connection was last logged (loop time)
 
@@ -450,16 +456,3 @@ def connection_cap(configured: int | None) -> int:
     if soft == resource.RLIM_INFINITY:
         return 1_000_000
     return max(1, soft - max(64, soft // 10))
-
-
-def _rpc_error(message: str) -> bytes:
-    """A JSON-RPC error of id null (no request was read) for a refusal the protocol makes itself."""
-    return json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}).encode()
-
-
-def _closing_response(status: bytes, body: bytes, default_headers: list[tuple[bytes, bytes]]) -> bytes:
-    """A whole JSON response with Connection: close (the protocol's own 408 and 503)."""
-    head = [b"HTTP/1.1 ", status, b"\r\n"]
-    head += [name + b": " + value + b"\r\n" for name, value in default_headers]
-    head.append(b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body))
-    return b"".join(head) + body

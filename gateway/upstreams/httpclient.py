@@ -177,7 +177,9 @@ class _Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         if self.response is not None:
             status = self._parser.get_status_code()
-            if not self._informational(status):
+            if status < 200 and status != 101:  # a 1xx before the answer: a call only then
+                self._informational()
+            else:
                 self.response.on_headers_complete(status)
 
     def on_body(self, body: bytes) -> None:
@@ -199,7 +201,9 @@ class _Connection(asyncio.Protocol):
     def quick_headers_complete(self) -> None:
         if self.response is not None:
             status = self._quick.get_status_code()
-            if not self._informational(status):
+            if status < 200 and status != 101:  # as on_headers_complete
+                self._informational()
+            else:
                 self.response.on_headers_complete(status)
 
     def quick_message_complete(self) -> None:
@@ -208,18 +212,15 @@ class _Connection(asyncio.Protocol):
         elif self.response is not None:
             self.response.on_message_complete(self._quick.should_keep_alive())
 
-    def _informational(self, status: int) -> bool:
-        """Whether the head just parsed is a 1xx answer (100 Continue, 103 Early Hints: RFC 9110 §15.2),
-        which comes before the final one on the same exchange and is not it: its end is skipped, and what
-        its header lines left (a ``Response``'s headers, a quick exchange's Content-Type) forgotten. 101
-        (an upgrade, never asked for) is a final answer, refused as any other non-2xx."""
-        if status >= 200 or status == 101:
-            return False
+    def _informational(self) -> None:
+        """The head just parsed is a 1xx answer (100 Continue, 103 Early Hints: RFC 9110 §15.2), which
+        comes before the final one on the same exchange and is not it: its end is skipped, and what its
+        header lines left (a ``Response``'s headers, a quick exchange's Content-Type) forgotten. A 101
+        (an upgrade, never asked for) is not one: it is a final answer, refused as any other non-2xx."""
         self.interim = True
         self.content_type = b""
         assert self.response is not None
         self.response.on_informational()
-        return True
 
     # -- exchange
     def start(self, response: Exchange) -> None:
