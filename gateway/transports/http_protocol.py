@@ -359,19 +359,23 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             self.timeout_keep_alive_handler()
 
     def _head_too_large(self) -> None:
-        cycle = self.cycle
-        conn = self._conn
-        conn.owed = _NOTHING
-        head_limit = conn.limits.max_request_head_bytes
+        head_limit = self._conn.limits.max_request_head_bytes
         self.logger.info("Request head over %d bytes: 431, connection closed.", head_limit)
-        # An earlier response still under way must not be cut into: then just the close.
-        answer = cycle is None or cycle.response_complete
-        self._refuse(b"431 Request Header Fields Too Large", f"Request head over {head_limit} bytes", answer)
+        self._refuse_request(_HEAD, b"431 Request Header Fields Too Large", f"Request head over {head_limit} bytes")
 
     def _request_timed_out(self, owed: int) -> None:
-        """The client did not send the rest of a request in time: a 408, unless an earlier response on
-        this connection is still under way (it must not be cut into), then the connection closes."""
+        """The client did not send the rest of a request in time: a 408 (:meth:`_refuse_request`)."""
+        what = "head" if owed == _HEAD else "body"
+        limit = self._allowed(owed)
+        self.logger.info("Request %s not received within %g s: 408, connection closed.", what, limit)
+        self._refuse_request(owed, b"408 Request Timeout", f"Request {what} not received within {limit:g} s")
+
+    def _refuse_request(self, owed: int, status: bytes, message: str) -> None:
+        """Refuse the request whose head or body (``owed``) the client was sending: ``status`` (:meth:`_refuse`),
+        unless an earlier response on this connection is still under way (it must not be cut into), or
+        this request's own has begun; then the connection closes."""
         cycle = self.cycle
+        self._conn.owed = _NOTHING
         if owed == _BODY:
             # The request's app (uvicorn's cycle may run it while the body streams in) reads
             # http.disconnect from now on, and anything it sends is dropped.
@@ -381,10 +385,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             answer = not cycle.response_started and not self.pipeline
         else:
             answer = cycle is None or cycle.response_complete
-        what = "head" if owed == _HEAD else "body"
-        limit = self._allowed(owed)
-        self.logger.info("Request %s not received within %g s: 408, connection closed.", what, limit)
-        self._refuse(b"408 Request Timeout", f"Request {what} not received within {limit:g} s", answer)
+        self._refuse(status, message, answer)
 
     def _refuse(self, status: bytes, message: str, answer: bool = True) -> None:
         """The protocol's own refusal: ``status`` with a JSON-RPC error of id null (no request was read)
