@@ -11,6 +11,7 @@ beyond ``max_client_connections`` a 503 (each then closes); a client that reads 
 (ADR 0023). A refusal of the protocol's own (408, 431, 503) is sent with the end of our side, and what
 the client still sends is read and dropped for ``LINGER_S`` at most (a lingering close): closed at once
 with the client's bytes unread, the kernel would reset the connection and the client lose the refusal.
+A request httptools cannot parse gets its 400 the same way, as a JSON-RPC error, not uvicorn's plain text.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from gateway.config import Limits
+from gateway.errors import INVALID_REQUEST
 from gateway.transports.coalesce import ABORT_KEY, HOLD_KEY, LOST_KEY, CoalescingTransport
 from gateway.transports.lean import HEADERS_KEY, UNIQUE_HEADERS_KEY, LeanCycle
 
@@ -145,9 +147,9 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         conn.idle_since = None  # busy: the pending keep-alive timer will not close
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError:
+        except httptools.HttpParserError as exc:
             self.logger.warning("Invalid HTTP request received.")
-            self.send_400_response("Invalid HTTP request received.")
+            self.send_400_response(str(exc))  # llhttp's reason, e.g. "Invalid header token"
             return
         except httptools.HttpParserUpgrade:
             if self._should_upgrade():
@@ -359,19 +361,23 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             self.timeout_keep_alive_handler()
 
     def _head_too_large(self) -> None:
-        cycle = self.cycle
-        conn = self._conn
-        conn.owed = _NOTHING
-        head_limit = conn.limits.max_request_head_bytes
+        head_limit = self._conn.limits.max_request_head_bytes
         self.logger.info("Request head over %d bytes: 431, connection closed.", head_limit)
-        # An earlier response still under way must not be cut into: then just the close.
-        answer = cycle is None or cycle.response_complete
-        self._refuse(b"431 Request Header Fields Too Large", f"Request head over {head_limit} bytes", answer)
+        self._refuse_request(_HEAD, b"431 Request Header Fields Too Large", f"Request head over {head_limit} bytes")
 
     def _request_timed_out(self, owed: int) -> None:
-        """The client did not send the rest of a request in time: a 408, unless an earlier response on
-        this connection is still under way (it must not be cut into), then the connection closes."""
+        """The client did not send the rest of a request in time: a 408 (:meth:`_refuse_request`)."""
+        what = "head" if owed == _HEAD else "body"
+        limit = self._allowed(owed)
+        self.logger.info("Request %s not received within %g s: 408, connection closed.", what, limit)
+        self._refuse_request(owed, b"408 Request Timeout", f"Request {what} not received within {limit:g} s")
+
+    def _refuse_request(self, owed: int, status: bytes, message: str) -> None:
+        """Refuse the request whose head or body (``owed``) the client was sending: ``status`` (:meth:`_refuse`),
+        unless an earlier response on this connection is still under way (it must not be cut into), or
+        this request's own has begun; then the connection closes."""
         cycle = self.cycle
+        self._conn.owed = _NOTHING
         if owed == _BODY:
             # The request's app (uvicorn's cycle may run it while the body streams in) reads
             # http.disconnect from now on, and anything it sends is dropped.
@@ -381,16 +387,30 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             answer = not cycle.response_started and not self.pipeline
         else:
             answer = cycle is None or cycle.response_complete
-        what = "head" if owed == _HEAD else "body"
-        limit = self._allowed(owed)
-        self.logger.info("Request %s not received within %g s: 408, connection closed.", what, limit)
-        self._refuse(b"408 Request Timeout", f"Request {what} not received within {limit:g} s", answer)
+        self._refuse(status, message, answer)
+
+    def send_400_response(self, msg: str) -> None:
+        """A request httptools cannot parse (``msg``: llhttp's reason). uvicorn's writes a plain-text 400 and
+        closes at once, which resets a connection whose client is still sending (a body, or a large head in
+        one write), and the client loses the 400. Here it is one of the protocol's own refusals
+        (:meth:`_refuse_request`): a JSON-RPC error, then the lingering close, whose ``connection_lost``
+        does what uvicorn's close led to (the cycle told, the connection forgotten); the parser is fed
+        nothing more."""
+        if self.transport.is_closing():
+            # Under TLS (closed at once) data can still arrive while the close is under way, and the
+            # parser, stuck on its error, fails again: refused already.
+            return
+        cycle = self.cycle
+        owed = _BODY if cycle is not None and cycle.scope is self.scope and cycle.more_body else _HEAD
+        reason = f": {msg}" if msg.isascii() and msg.isprintable() and len(msg) <= 100 else ""
+        self._refuse_request(owed, b"400 Bad Request", f"Request could not be parsed{reason}")
 
     def _refuse(self, status: bytes, message: str, answer: bool = True) -> None:
         """The protocol's own refusal: ``status`` with a JSON-RPC error of id null (no request was read)
         saying ``message``, unless not ``answer``; then the connection closes (:meth:`_close_after_refusal`)."""
         if answer:
-            body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}).encode()
+            error = {"code": INVALID_REQUEST, "message": message}
+            body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
             head = [b"HTTP/1.1 ", status, b"\r\n"]
             head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
             head.append(
@@ -400,7 +420,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         self._close_after_refusal()
 
     def _close_after_refusal(self) -> None:
-        """Close a connection the protocol refused itself (408, 431, 503) so that the client can read the
+        """Close a connection the protocol refused itself (400, 408, 431, 503) so that the client can read the
         refusal: a close with bytes of the client's still unread makes the kernel send a reset, and the
         client's kernel then drops the refusal unread (a client sending its head or body slowly is still
         sending). So the refusal is sent with the end of our side (FIN), and the socket is handed to a

@@ -1,4 +1,4 @@
-"""Slow and silent HTTP clients against the gateway's own protocol (transports/http_protocol.py).
+"""Slow, silent and malformed HTTP clients against the gateway's own protocol (transports/http_protocol.py).
 
 A real ``switchboard run`` with small client timeouts (limits.request_head_timeout_s,
 request_body_timeout_s) for the head and body cases, and an in-process server with the same
@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from gateway.config import Limits
+from gateway.errors import INVALID_REQUEST
 from gateway.transports.coalesce import HOLD_KEY
 from tests.gateway.transports.test_lean_cycle import post, read_response
 from tests.support import RunningGateway, initialize_request, run_gateway, served_by_protocol
@@ -153,6 +154,87 @@ async def test_a_client_still_sending_after_its_refusal_reads_it(gateway: Runnin
             await writer.drain()
         status, headers, _body = await read_response(reader)
         assert status == 431 and headers["connection"] == "close"
+        assert await _closed_after(reader, 5) == b""
+    finally:
+        writer.close()
+
+
+# ---- a request httptools cannot parse (uvicorn's 400, sent as the protocol's own refusals) ----------
+
+_UNPARSABLE = {
+    "invalid-method": b"G@T /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+    "header-name-char": b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Bad\x01: y\r\n",
+}
+
+
+@pytest.mark.parametrize("head", _UNPARSABLE.values(), ids=_UNPARSABLE.keys())
+async def test_a_client_still_sending_after_its_400_reads_it(gateway: RunningGateway, head: bytes) -> None:
+    """A head httptools cannot parse, and 4 MiB of body in the same write: the 400 comes while most of it
+    is on its way. uvicorn closed at once with those bytes unread, and the client got a reset instead."""
+    reader, writer = await _connect(_port(gateway))
+    size = 4 << 20
+    try:
+        writer.write(head + b"Content-Length: %d\r\n\r\n" % size + b"x" * size)
+        with contextlib.suppress(ConnectionError):
+            async with asyncio.timeout(10):
+                await writer.drain()
+        status, headers, _body = await read_response(reader)
+        assert status == 400 and headers["connection"] == "close"
+        assert await _closed_after(reader, 5) == b""
+    finally:
+        writer.close()
+
+
+async def test_the_400_is_a_json_rpc_error(gateway: RunningGateway) -> None:
+    reader, writer = await _connect(_port(gateway))
+    try:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Bad\x01: y\r\n\r\n")
+        answer = await _closed_after(reader, 5)  # the whole answer, then the end
+    finally:
+        writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode().split("\r\n")
+    assert status_line == "HTTP/1.1 400 Bad Request"
+    headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
+    assert headers["connection"] == "close" and headers["content-type"] == "application/json"
+    assert int(headers["content-length"]) == len(body)
+    error = {"code": INVALID_REQUEST, "message": "Request could not be parsed: Invalid header token"}
+    assert json.loads(body) == {"jsonrpc": "2.0", "id": None, "error": error}
+
+
+_CHUNKED = "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"G@T /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Bad: a\x01b\r\n\r\n",
+        (_CHUNKED + "Accept: application/json, text/event-stream\r\n\r\nzz\r\n").encode(),
+    ],
+    ids=["invalid-method", "header-value-char", "chunk-size-in-body"],
+)
+async def test_a_small_unparsable_request_gets_400_and_the_end(gateway: RunningGateway, request_bytes: bytes) -> None:
+    """Head or body (uvicorn's cycle already runs the app for a chunked body): answered, then closed."""
+    port = _port(gateway)
+    reader, writer = await _connect(port)
+    try:
+        writer.write(request_bytes)
+        status, headers, body = await read_response(reader)
+        assert status == 400 and headers["connection"] == "close"
+        assert json.loads(body)["error"]["message"].startswith("Request could not be parsed")
+        assert await _closed_after(reader, 5) == b""
+    finally:
+        writer.close()
+    await _next_call_fine(port)
+
+
+async def test_an_unparsable_request_behind_an_answer_under_way_gets_the_close_alone(gateway: RunningGateway) -> None:
+    """Pipelined in one write behind a request not yet answered: no 400, which the client would take for
+    that request's answer (uvicorn wrote it before), just the close, as for a 431."""
+    reader, writer = await _connect(_port(gateway))
+    try:
+        writer.write(_initialize() + b"G@T /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert await _closed_after(reader, 5) == b""
     finally:
         writer.close()
