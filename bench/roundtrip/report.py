@@ -22,7 +22,7 @@ from bench.roundtrip.common import (
     log,
 )
 from bench.roundtrip.goals import Goal
-from bench.roundtrip.measure import TargetOutcome
+from bench.roundtrip.measure import Measurement, TargetOutcome
 from bench.roundtrip.targets import node_binary
 
 
@@ -32,27 +32,57 @@ def _fmt(v: float | None, spec: str, signed: bool = False) -> str:
     return format(v, ("+" if signed else "") + spec)
 
 
-def markdown_table(outcomes: dict[str, TargetOutcome]) -> str:
+def markdown_table(outcomes: dict[str, TargetOutcome], rounds: int = 1) -> str:
+    """The results table; with `rounds` > 1 a line above it says they are medians, a column how many rounds
+    measured each row, and req/s and the proxy's CPU per call carry their min-max over those rounds."""
+    several = rounds > 1
     head = (
-        "| target | conc | req/s | x baseline | p50 ms | p99 ms | +p50 ms | +p99 ms | errors "
-        "| proxy CPU µs/call | backend CPU µs/call |"
+        "| target | conc |"
+        + (" rounds | req/s (min-max) |" if several else " req/s |")
+        + " x baseline | p50 ms | p99 ms | +p50 ms | +p99 ms | errors "
+        + ("| proxy CPU µs/call (min-max) |" if several else "| proxy CPU µs/call |")
+        + " backend CPU µs/call |"
     )
-    rows = [head, "|" + "---|" * 11]
+    ncols = 12 if several else 11
+    rows = [head, "|" + "---|" * ncols]
     for o in outcomes.values():
-        if o.status == "skipped":
-            rows.append(f"| {o.name} | — | skipped | | | | | | | | |")
-            continue
-        for m in o.measurements:
-            ratio = f"{m.ratio_to_baseline:.2f}x {m.baseline}" if m.ratio_to_baseline is not None else "—"
-            errors = f"**{m.errors} ⚠**" if m.flagged else "0"
-            rows.append(
-                f"| {o.name} | {m.concurrency} | {m.rps:,.0f} | {ratio} | {m.p50_ms:.3f} | {m.p99_ms:.3f} "
-                f"| {_fmt(m.added_p50_ms, '.3f', True)} | {_fmt(m.added_p99_ms, '.3f', True)} | {errors} "
-                f"| {_fmt(m.proxy_cpu_us_per_call, '.0f')} | {_fmt(m.backend_cpu_us_per_call, '.0f')} |"
-            )
-        if o.status == "failed":
-            rows.append(f"| {o.name} | — | failed | | | | | | | | |")
-    return "\n".join(rows)
+        rows += [_row(o.name, m, several) for m in o.measurements]
+        if o.status != "ok":
+            rows.append(f"| {o.name} | — | {_status(o)} |" + " |" * (ncols - 3))
+    if not several:
+        return "\n".join(rows)
+    heading = (
+        f"Medians of {rounds} rounds (order alternating canonical / reversed; each ratio and added latency "
+        "paired with its baseline within a round, then medianed); req/s and proxy CPU: median (min-max)."
+    )
+    return heading + "\n\n" + "\n".join(rows)
+
+
+def _row(name: str, m: Measurement, several: bool) -> str:
+    ratio = f"{m.ratio_to_baseline:.2f}x {m.baseline}" if m.ratio_to_baseline is not None else "—"
+    errors = f"**{m.errors} ⚠**" if m.flagged else "0"
+    rps = f"{m.rps:,.0f}" + (_spread(m, "rps", ",.0f") if several else "")
+    proxy = _fmt(m.proxy_cpu_us_per_call, ".0f") + (_spread(m, "proxy_cpu_us_per_call", ".0f") if several else "")
+    return (
+        f"| {name} | {m.concurrency} |"
+        + (f" {m.rounds} |" if several else "")
+        + f" {rps} | {ratio} | {m.p50_ms:.3f} | {m.p99_ms:.3f} "
+        f"| {_fmt(m.added_p50_ms, '.3f', True)} | {_fmt(m.added_p99_ms, '.3f', True)} | {errors} "
+        f"| {proxy} | {_fmt(m.backend_cpu_us_per_call, '.0f')} |"
+    )
+
+
+def _spread(m: Measurement, name: str, spec: str) -> str:
+    lo_hi = m.spread.get(name)
+    return f" ({format(lo_hi[0], spec)}-{format(lo_hi[1], spec)})" if lo_hi else ""
+
+
+def _status(o: TargetOutcome) -> str:
+    """'failed', or with rounds which of them: 'failed in round 2' (the others' medians are above it)."""
+    bad = [str(k) for k, status in enumerate(o.round_status, 1) if status != "ok"]
+    if not bad:
+        return o.status
+    return f"{o.status} in round{'s' if len(bad) > 1 else ''} {', '.join(bad)} of {len(o.round_status)}"
 
 
 def goals_table(goals: list[Goal]) -> str:
