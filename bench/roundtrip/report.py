@@ -165,6 +165,12 @@ def write_results_md(report: dict[str, Any], table: str, goals_md: str) -> None:
         if st.get("target_warmup_s")
         else ""
     )
+    rounds = st.get("rounds", 1)
+    rounds_note = (
+        f"{rounds} rounds of the whole target list (odd rounds in this order, even ones reversed; medians), "
+        if rounds > 1
+        else ""
+    )
     lines = [
         "",
         f"## {report['started_at']} — {kind}",
@@ -175,7 +181,7 @@ def write_results_md(report: dict[str, Any], table: str, goals_md: str) -> None:
         f"- other load: load average {mi['loadavg_start']} at start, {mi['loadavg_end']} at end; "
         f"processes other than wrk, proxy and backend used up to {mi['max_other_load_cores']:.2f} cores "
         "during the measured runs",
-        f"- settings: {st['duration_s']:g} s per run after a {st['warmup_s']:g} s warm-up, {warm}"
+        f"- settings: {rounds_note}{st['duration_s']:g} s per run after a {st['warmup_s']:g} s warm-up, {warm}"
         f"concurrency {', '.join(map(str, st['concurrency']))}, wrk threads {st['wrk_threads']}, "
         f"protocol {PROTOCOL_VERSION} sessions (switchboard-modern: stateless {MODERN_PROTOCOL_VERSION} "
         "requests), SDK server answers "
