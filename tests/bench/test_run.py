@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,7 +34,7 @@ def test_rounds_alternate_the_order_and_a_failed_round_fails_the_run(
     monkeypatch.setattr(run, "_run_target", _fake_run_target(ran))
     monkeypatch.setattr(run, "_install_signal_handlers", lambda: None)
     monkeypatch.setattr(run, "versions", dict)
-    monkeypatch.setattr(run.shutil, "which", lambda _: "/usr/bin/wrk")
+    monkeypatch.setattr(shutil, "which", lambda _: "/usr/bin/wrk")  # run.py checks for wrk first
     out_json = tmp_path / "latest.json"
     argv = ["--rounds", "3", "--targets", "switchboard,direct", "--concurrency", "1,16", "--json", str(out_json)]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,7 +48,12 @@ def test_the_recorded_section_says_how_many_rounds(tmp_path: Path, monkeypatch: 
     results = tmp_path / "RESULTS.md"
     monkeypatch.setattr(report, "RESULTS_MD", results)
     monkeypatch.setattr(report, "ROOT", tmp_path)
-    settings = {"duration_s": 10.0, "warmup_s": 2.0, "target_warmup_s": 5.0, "target_warmup_concurrency": 16}
+    settings: dict[str, Any] = {
+        "duration_s": 10.0,
+        "warmup_s": 2.0,
+        "target_warmup_s": 5.0,
+        "target_warmup_concurrency": 16,
+    }
     settings |= {"concurrency": [1, 64], "wrk_threads": 1, "sdk_json_response": False, "rounds": 3}
     machine = {"uname": "Linux", "cpu_model": "cpu", "cores": 2, "loadavg_start": "0", "loadavg_end": "0"}
     rep = {
