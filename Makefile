@@ -50,6 +50,8 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# tools/call round trips of Switchboard, its peers and the backends (bench/README.md; about 8 min). On a noisy
+# machine ARGS="--rounds 3" measures the list 3 times in ABBA order and reports per-round-paired medians.
 bench: $(STAMP)
 	bash bench/run.sh $(ARGS)
 

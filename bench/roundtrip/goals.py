@@ -2,8 +2,12 @@
 
 Each goal compares measurements of one run at one concurrency (or every measured one): a ratio of two
 targets, the latency one adds to the other, or one target's own number against a bound. A goal is
-"met" only when every measurement it reads ran without errors; it is "n/a" (with the reason) when a
-target it needs was not run, was skipped or failed, or the concurrency was not measured.
+"met" only when every measurement it reads ran without errors (in any round); it is "n/a" (with the reason)
+when a target it needs was not run, was skipped or failed, or the concurrency was not measured.
+
+With `--rounds N` each goal's number is computed within each round that measured every target it reads,
+then medianed over those rounds (bench/roundtrip/rounds.py says why): a ratio to `direct` is then the same
+number as the table's "x baseline" column, which is paired the same way.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bench.roundtrip.measure import Measurement, TargetOutcome
+from bench.roundtrip.rounds import median_of, rounds_note
 
 # Goals from the issue.
 GOAL_RATIO_DIRECT_C64 = 0.40
@@ -55,57 +60,74 @@ class Goal:
     status: str  # "met", "not met", "n/a"
 
 
+Value = Callable[[list[Measurement]], float | None]  # one round's measurements of the targets -> the number
+Verdict = Callable[[float], tuple[str, bool]]  # the median number -> (what the table shows, met?)
+
+
+def _paired(rounds: list[dict[str, TargetOutcome]], targets: list[str], conc: int) -> list[list[Measurement]]:
+    """Per round that measured every one of `targets` at `conc`: their measurements, in `targets`' order."""
+    paired = []
+    for r in rounds:
+        found = [m for m in (_get(r, t, conc) for t in targets) if m is not None]
+        if len(found) == len(targets):
+            paired.append(found)
+    return paired
+
+
 @dataclass(slots=True)
 class _Judge:
-    outcomes: dict[str, TargetOutcome]
+    outcomes: dict[str, TargetOutcome]  # aggregated over the rounds: what is missing, what is flagged
     concurrencies: list[int]
+    rounds: list[dict[str, TargetOutcome]]  # each round's own outcomes: the numbers
 
-    def judge(
-        self, label: str, targets: list[str], conc: int, verdict: Callable[[list[Measurement]], tuple[str, bool] | None]
-    ) -> Goal:
-        """`verdict` reads the targets' measurements at `conc` (None: a number it needs is missing)."""
+    def judge(self, label: str, targets: list[str], conc: int, value: Value, verdict: Verdict) -> Goal:
+        """`value` reads one round's measurements of `targets` at `conc` (None: a number it needs is missing);
+        `verdict` judges the median of the rounds' values."""
         found = [_get(self.outcomes, t, conc) for t in targets]
         ms = [m for m in found if m is not None]
         if len(ms) != len(targets):
             return Goal(label, _why_missing(self.outcomes, targets, conc, self.concurrencies), "n/a")
-        judged = verdict(ms)
-        if judged is None:
+        median, n = median_of(value(r) for r in _paired(self.rounds, targets, conc))
+        if median is None:
             return Goal(label, "not measured for this target", "n/a")
-        measured, ok = judged
+        measured, ok = verdict(median)
         flagged = any(m.flagged for m in ms)
-        return Goal(
-            label, measured + (" (errors flagged)" if flagged else ""), "met" if ok and not flagged else "not met"
-        )
+        measured += rounds_note(n, len(self.rounds)) + (" (errors flagged)" if flagged else "")
+        return Goal(label, measured, "met" if ok and not flagged else "not met")
 
     def ratio(self, label: str, a: str, b: str, conc: int, metric: Metric, want: float, at_least: bool) -> Goal:
         """metric(a) ÷ metric(b) at `conc`, ≥ `want` (`at_least`) or ≤ `want`."""
 
-        def verdict(ms: list[Measurement]) -> tuple[str, bool] | None:
+        def value(ms: list[Measurement]) -> float | None:
             x, y = metric(ms[0]), metric(ms[1])
-            if x is None or y is None or y <= 0:
-                return None
-            r = x / y
+            return None if x is None or y is None or y <= 0 else x / y
+
+        def verdict(r: float) -> tuple[str, bool]:
             return f"{r:.2f}x", r >= want if at_least else r <= want
 
-        return self.judge(label, [a, b], conc, verdict)
+        return self.judge(label, [a, b], conc, value, verdict)
 
     def added_p50(self, label: str, a: str, b: str, conc: int, want_ms: float) -> Goal:
-        def verdict(ms: list[Measurement]) -> tuple[str, bool]:
-            added = ms[0].p50_ms - ms[1].p50_ms
+        def verdict(added: float) -> tuple[str, bool]:
             return f"{added:+.3f} ms", added <= want_ms
 
-        return self.judge(label, [a, b], conc, verdict)
+        return self.judge(label, [a, b], conc, lambda ms: ms[0].p50_ms - ms[1].p50_ms, verdict)
 
     def at_most(self, label: str, target: str, conc: int, metric: Metric, bound: float, unit: str) -> Goal:
-        def verdict(ms: list[Measurement]) -> tuple[str, bool] | None:
-            v = metric(ms[0])
-            return None if v is None else (f"{v:.0f} {unit}", v <= bound)
+        def verdict(v: float) -> tuple[str, bool]:
+            return f"{v:.0f} {unit}", v <= bound
 
-        return self.judge(label, [target], conc, verdict)
+        return self.judge(label, [target], conc, lambda ms: metric(ms[0]), verdict)
 
 
-def evaluate_goals(outcomes: dict[str, TargetOutcome], concurrencies: list[int]) -> list[Goal]:
-    j = _Judge(outcomes, concurrencies)
+def evaluate_goals(
+    outcomes: dict[str, TargetOutcome],
+    concurrencies: list[int],
+    rounds: list[dict[str, TargetOutcome]] | None = None,
+) -> list[Goal]:
+    """`outcomes`: aggregated over `rounds` (each round's own outcomes; None: `outcomes` is the one round)."""
+    rounds = rounds if rounds is not None else [outcomes]
+    j = _Judge(outcomes, concurrencies, rounds)
     goals = [
         j.ratio(
             f"{sb} ≥ {GOAL_RATIO_DIRECT_C64:.2f}x direct req/s at c=64",
@@ -173,26 +195,30 @@ def evaluate_goals(outcomes: dict[str, TargetOutcome], concurrencies: list[int])
     ]
     # "never the bottleneck" in front of a real server: the official SDK one and server-everything
     goals += [
-        _every_concurrency(outcomes, concurrencies, proxy, direct, GOAL_RATIO_SDK)
+        _every_concurrency(j, proxy, direct, GOAL_RATIO_SDK)
         for proxy, direct in (("switchboard-sdk", "sdk-direct"), ("switchboard-everything", "everything-direct"))
     ]
     return goals
 
 
-def _every_concurrency(
-    outcomes: dict[str, TargetOutcome], concurrencies: list[int], target: str, baseline: str, want: float
-) -> Goal:
-    """`target` req/s ÷ `baseline` req/s ≥ `want` at every measured concurrency."""
+def _every_concurrency(j: _Judge, target: str, baseline: str, want: float) -> Goal:
+    """`target` req/s ÷ `baseline` req/s ≥ `want` at every measured concurrency (each a median of per-round ratios)."""
     label = f"{target} ≥ {want:.2f}x {baseline} req/s (every concurrency)"
-    pairs = [(c, _get(outcomes, target, c), _get(outcomes, baseline, c)) for c in concurrencies]
-    found = [(c, t, b) for c, t, b in pairs if t is not None and b is not None and b.rps > 0]
-    if not pairs or len(found) != len(pairs):
-        return Goal(label, _why_missing(outcomes, [target, baseline], None, concurrencies), "n/a")
-    ratios = [(c, t.rps / b.rps) for c, t, b in found]
+    pairs = [(c, _get(j.outcomes, target, c), _get(j.outcomes, baseline, c)) for c in j.concurrencies]
+    found = [(c, t, b) for c, t, b in pairs if t is not None and b is not None]
+    ratios = [(c, median_of(_rps_ratio(ms) for ms in _paired(j.rounds, [target, baseline], c))) for c, _, _ in found]
+    if not pairs or len(found) != len(pairs) or any(r is None for _, (r, _) in ratios):
+        return Goal(label, _why_missing(j.outcomes, [target, baseline], None, j.concurrencies), "n/a")
     flagged = any(t.flagged or b.flagged for _, t, b in found)
-    ok = all(r >= want for _, r in ratios) and not flagged
-    measured = ", ".join(f"c{c}: {r:.2f}x" for c, r in ratios) + (" (errors flagged)" if flagged else "")
+    ok = all(r is not None and r >= want for _, (r, _) in ratios) and not flagged
+    fewest = min(n for _, (_, n) in ratios)  # the note names the fewest rounds any concurrency's median had
+    measured = ", ".join(f"c{c}: {r:.2f}x" for c, (r, _) in ratios if r is not None)
+    measured += rounds_note(fewest, len(j.rounds)) + (" (errors flagged)" if flagged else "")
     return Goal(label, measured, "met" if ok else "not met")
+
+
+def _rps_ratio(ms: list[Measurement]) -> float | None:
+    return ms[0].rps / ms[1].rps if ms[1].rps > 0 else None
 
 
 def _why_missing(

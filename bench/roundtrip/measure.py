@@ -51,6 +51,10 @@ class Measurement:
     added_p50_ms: float | None = None
     added_p99_ms: float | None = None
     wrk_raw: dict[str, Any] = field(default_factory=dict)
+    # With --rounds N (bench/roundtrip/rounds.py): how many rounds measured this target at this concurrency,
+    # and the min-max over them of the key columns (by field name; empty when one round measured it).
+    rounds: int = 1
+    spread: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def flagged(self) -> bool:
@@ -68,6 +72,8 @@ class TargetOutcome:
     protocol_version: str | None = None
     era: str = "legacy"  # "modern": stateless 2026-07-28 requests (no session)
     measurements: list[Measurement] = field(default_factory=list)
+    # With --rounds N > 1: each round's status, in round order (empty for a single round).
+    round_status: list[str] = field(default_factory=list)
 
 
 def measure_target(

@@ -22,7 +22,7 @@ from bench.roundtrip.common import (
     log,
 )
 from bench.roundtrip.goals import Goal
-from bench.roundtrip.measure import TargetOutcome
+from bench.roundtrip.measure import Measurement, TargetOutcome
 from bench.roundtrip.targets import node_binary
 
 
@@ -32,27 +32,57 @@ def _fmt(v: float | None, spec: str, signed: bool = False) -> str:
     return format(v, ("+" if signed else "") + spec)
 
 
-def markdown_table(outcomes: dict[str, TargetOutcome]) -> str:
+def markdown_table(outcomes: dict[str, TargetOutcome], rounds: int = 1) -> str:
+    """The results table; with `rounds` > 1 a line above it says they are medians, a column how many rounds
+    measured each row, and req/s and the proxy's CPU per call carry their min-max over those rounds."""
+    several = rounds > 1
     head = (
-        "| target | conc | req/s | x baseline | p50 ms | p99 ms | +p50 ms | +p99 ms | errors "
-        "| proxy CPU µs/call | backend CPU µs/call |"
+        "| target | conc |"
+        + (" rounds | req/s (min-max) |" if several else " req/s |")
+        + " x baseline | p50 ms | p99 ms | +p50 ms | +p99 ms | errors "
+        + ("| proxy CPU µs/call (min-max) |" if several else "| proxy CPU µs/call |")
+        + " backend CPU µs/call |"
     )
-    rows = [head, "|" + "---|" * 11]
+    ncols = 12 if several else 11
+    rows = [head, "|" + "---|" * ncols]
     for o in outcomes.values():
-        if o.status == "skipped":
-            rows.append(f"| {o.name} | — | skipped | | | | | | | | |")
-            continue
-        for m in o.measurements:
-            ratio = f"{m.ratio_to_baseline:.2f}x {m.baseline}" if m.ratio_to_baseline is not None else "—"
-            errors = f"**{m.errors} ⚠**" if m.flagged else "0"
-            rows.append(
-                f"| {o.name} | {m.concurrency} | {m.rps:,.0f} | {ratio} | {m.p50_ms:.3f} | {m.p99_ms:.3f} "
-                f"| {_fmt(m.added_p50_ms, '.3f', True)} | {_fmt(m.added_p99_ms, '.3f', True)} | {errors} "
-                f"| {_fmt(m.proxy_cpu_us_per_call, '.0f')} | {_fmt(m.backend_cpu_us_per_call, '.0f')} |"
-            )
-        if o.status == "failed":
-            rows.append(f"| {o.name} | — | failed | | | | | | | | |")
-    return "\n".join(rows)
+        rows += [_row(o.name, m, several) for m in o.measurements]
+        if o.status != "ok":
+            rows.append(f"| {o.name} | — | {_status(o)} |" + " |" * (ncols - 3))
+    if not several:
+        return "\n".join(rows)
+    heading = (
+        f"Medians of {rounds} rounds (order alternating canonical / reversed; each ratio and added latency "
+        "paired with its baseline within a round, then medianed); req/s and proxy CPU: median (min-max)."
+    )
+    return heading + "\n\n" + "\n".join(rows)
+
+
+def _row(name: str, m: Measurement, several: bool) -> str:
+    ratio = f"{m.ratio_to_baseline:.2f}x {m.baseline}" if m.ratio_to_baseline is not None else "—"
+    errors = f"**{m.errors} ⚠**" if m.flagged else "0"
+    rps = f"{m.rps:,.0f}" + (_spread(m, "rps", ",.0f") if several else "")
+    proxy = _fmt(m.proxy_cpu_us_per_call, ".0f") + (_spread(m, "proxy_cpu_us_per_call", ".0f") if several else "")
+    return (
+        f"| {name} | {m.concurrency} |"
+        + (f" {m.rounds} |" if several else "")
+        + f" {rps} | {ratio} | {m.p50_ms:.3f} | {m.p99_ms:.3f} "
+        f"| {_fmt(m.added_p50_ms, '.3f', True)} | {_fmt(m.added_p99_ms, '.3f', True)} | {errors} "
+        f"| {proxy} | {_fmt(m.backend_cpu_us_per_call, '.0f')} |"
+    )
+
+
+def _spread(m: Measurement, name: str, spec: str) -> str:
+    lo_hi = m.spread.get(name)
+    return f" ({format(lo_hi[0], spec)}-{format(lo_hi[1], spec)})" if lo_hi else ""
+
+
+def _status(o: TargetOutcome) -> str:
+    """'failed', or with rounds which of them: 'failed in round 2' (the others' medians are above it)."""
+    bad = [str(k) for k, status in enumerate(o.round_status, 1) if status != "ok"]
+    if not bad:
+        return o.status
+    return f"{o.status} in round{'s' if len(bad) > 1 else ''} {', '.join(bad)} of {len(o.round_status)}"
 
 
 def goals_table(goals: list[Goal]) -> str:
@@ -135,6 +165,12 @@ def write_results_md(report: dict[str, Any], table: str, goals_md: str) -> None:
         if st.get("target_warmup_s")
         else ""
     )
+    rounds = st.get("rounds", 1)
+    rounds_note = (
+        f"{rounds} rounds of the whole target list (odd rounds in this order, even ones reversed; medians), "
+        if rounds > 1
+        else ""
+    )
     lines = [
         "",
         f"## {report['started_at']} — {kind}",
@@ -145,7 +181,7 @@ def write_results_md(report: dict[str, Any], table: str, goals_md: str) -> None:
         f"- other load: load average {mi['loadavg_start']} at start, {mi['loadavg_end']} at end; "
         f"processes other than wrk, proxy and backend used up to {mi['max_other_load_cores']:.2f} cores "
         "during the measured runs",
-        f"- settings: {st['duration_s']:g} s per run after a {st['warmup_s']:g} s warm-up, {warm}"
+        f"- settings: {rounds_note}{st['duration_s']:g} s per run after a {st['warmup_s']:g} s warm-up, {warm}"
         f"concurrency {', '.join(map(str, st['concurrency']))}, wrk threads {st['wrk_threads']}, "
         f"protocol {PROTOCOL_VERSION} sessions (switchboard-modern: stateless {MODERN_PROTOCOL_VERSION} "
         "requests), SDK server answers "

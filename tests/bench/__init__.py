@@ -1,0 +1,1 @@
+"""Unit tests of the benchmark driver's pure parts (bench/)."""
