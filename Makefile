@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format bench bench-mcpx bench-mcpl bench-router bench-mgp bench-workers bench-replicas bench-idle bench-stdio test-deps clean
+.PHONY: run test lint format bench bench-mcpx bench-mcpl bench-router bench-mgp bench-workers bench-replicas bench-idle bench-stdio bench-interpreters test-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -87,6 +87,11 @@ bench-idle: $(STAMP)
 # Issue 15: tools/call through the same echo backend over stdio and over HTTP behind one gateway (needs wrk).
 bench-stdio: $(STAMP)
 	$(BIN)/python bench/stdio_vs_http.py $(ARGS)
+
+# The same gateway under several CPython builds (the venv's, Debian's /usr/bin/python3, or --python PATH...),
+# side by side in alternating rounds: what the interpreter choice is worth (deploy/Dockerfile's, ADR 0017).
+bench-interpreters: $(STAMP)
+	$(BIN)/python bench/interpreters.py $(ARGS)
 
 # The config's JSON Schema, committed for editors (example configs name it in their first line);
 # tests/gateway/test_config_schema.py fails when it is stale.

@@ -5,7 +5,9 @@
 # The echo backend and the client (bench/fixed_calls.py) run outside valgrind. GATEWAY_IR_CONNECTIONS (default 1):
 # one connection makes each call's path the same every time; at 8 how many calls share a loop iteration varies.
 # usage: bash bench/gateway_ir.sh [legacy|modern]   (from the root of the tree to measure; 5-8 minutes)
-# Ports: GATEWAY_IR_PORT (default 18681) and GATEWAY_IR_BACKEND_PORT (18666).
+# Ports: GATEWAY_IR_PORT (default 18681) and GATEWAY_IR_BACKEND_PORT (18666). GATEWAY_IR_PYTHON: the
+# interpreter that runs the gateway (default .venv/bin/python; another one needs the runtime dependencies,
+# e.g. a venv bench/interpreters.py made under .cache/interpreters/), on this tree's source.
 set -euo pipefail
 # One string-hash seed for every run: dict and set layouts (and so the instruction count) then repeat.
 export PYTHONHASHSEED=${PYTHONHASHSEED:-0}
@@ -23,7 +25,7 @@ backends:
   echo: {transport: http, url: "http://127.0.0.1:$BPORT/mcp"}
 EOC
 instructions() {
-  valgrind --tool=callgrind --callgrind-out-file=/dev/null .venv/bin/python -m gateway run -c "$WORK/sb.yaml" \
+  PYTHONPATH=$PWD valgrind --tool=callgrind --callgrind-out-file=/dev/null "${GATEWAY_IR_PYTHON:-.venv/bin/python}" -m gateway run -c "$WORK/sb.yaml" \
     --port "$PORT" >"$WORK/gw.log" 2>&1 &
   local gp=$!
   for _ in $(seq 900); do curl -s "localhost:$PORT/healthz" >/dev/null && break; sleep 0.2; done
@@ -35,4 +37,4 @@ instructions() {
 }
 short=$(instructions 300)
 long=$(instructions 1300)
-python3 -c "print('$PWD $ERA c=$CONNECTIONS instructions per call (whole gateway process):', ($long - $short) / 1000)"
+python3 -c "print('$PWD ${GATEWAY_IR_PYTHON:-.venv/bin/python} $ERA c=$CONNECTIONS instructions per call (whole gateway process):', ($long - $short) / 1000)"
