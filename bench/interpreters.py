@@ -44,7 +44,6 @@ import yaml
 
 from bench.roundtrip.client import McpSession, open_session, validate_call
 from bench.roundtrip.common import (
-    BENCH,
     LOG_DIR,
     PROJECT_PYTHON,
     RESULTS_MD,
@@ -56,6 +55,7 @@ from bench.roundtrip.common import (
 )
 from bench.roundtrip.report import loadavg, machine_info
 from bench.roundtrip.services import CLK_TCK, Service, stop_all
+from bench.roundtrip.targets import echo_http
 from bench.roundtrip.wrk import run_wrk
 from tools.procs import free_port, scan_procs
 
@@ -135,14 +135,8 @@ def venv_for(interp: Interpreter) -> str:
 
 
 def start(interps: list[Interpreter], tmp: Path) -> tuple[Service, list[Service]]:
-    backend_port = free_port()
-    backend = Service(
-        "echo",
-        [PROJECT_PYTHON, str(BENCH / "echo_backend.py"), "--host", "127.0.0.1", "--port", str(backend_port)],
-        backend_port,
-        "backend",
-        LOG_DIR / "interpreters.echo.log",
-    )
+    backend = echo_http("interpreters")
+    backend_port = backend.port
     backend.start()
     backend.wait_ready(30)
     gateways = []

@@ -42,7 +42,7 @@ from bench.roundtrip.common import (
     log,
 )
 from bench.roundtrip.services import CLK_TCK, Service, stop_all
-from bench.roundtrip.targets import switchboard_command
+from bench.roundtrip.targets import echo_http, switchboard_command
 from bench.roundtrip.wrk import run_wrk
 from tools.procs import descendants, free_port, scan_procs
 
@@ -74,14 +74,8 @@ def _ticks(gateway: Service, http_backend: Service) -> tuple[int, int, int]:
 
 def start(tmp: Path) -> tuple[Service, Service]:
     echo = str(BENCH / "echo_backend.py")
-    http_port = free_port()
-    http_backend = Service(
-        "echo-http",
-        [PROJECT_PYTHON, echo, "--host", "127.0.0.1", "--port", str(http_port)],
-        http_port,
-        "backend",
-        LOG_DIR / "stdio_vs_http.echo-http.log",
-    )
+    http_backend = echo_http("stdio_vs_http")
+    http_port = http_backend.port
     http_backend.start()
     http_backend.wait_ready(30)
     port = free_port()

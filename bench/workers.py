@@ -46,9 +46,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import yaml
 
 from bench.roundtrip.client import McpSession, validate_call
-from bench.roundtrip.common import BENCH, LOG_DIR, MODERN_PROTOCOL_VERSION, PROJECT_PYTHON, WRK_TEXT, StartError, log
+from bench.roundtrip.common import LOG_DIR, MODERN_PROTOCOL_VERSION, PROJECT_PYTHON, WRK_TEXT, StartError, log
 from bench.roundtrip.report import loadavg, machine_info
 from bench.roundtrip.services import CLK_TCK, Service, machine_busy_ticks, stop_all
+from bench.roundtrip.targets import echo_http
 from bench.roundtrip.wrk import script_for
 from tools.procs import descendants, free_port, scan_procs
 
@@ -130,14 +131,8 @@ def measure(args: argparse.Namespace, tmp: Path) -> list[Point]:
         "redis",
         LOG_DIR / "workers.redis.log",
     )
-    backend_port = free_port()
-    backend = Service(
-        "echo-backend",
-        [PROJECT_PYTHON, str(BENCH / "echo_backend.py"), "--host", "127.0.0.1", "--port", str(backend_port)],
-        backend_port,
-        "backend",
-        LOG_DIR / "workers.echo-backend.log",
-    )
+    backend = echo_http("workers")
+    backend_port = backend.port
     points: list[Point] = []
     for svc in (redis, backend):
         svc.start()

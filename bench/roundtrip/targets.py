@@ -86,7 +86,8 @@ def _log(target: str, service: str) -> Path:
     return LOG_DIR / f"{target}.{service}.log"
 
 
-def _echo_http(target: str) -> Service:
+def echo_http(target: str) -> Service:
+    """The fast echo backend (echo_backend.py, HTTP) on a free port, its log named after `target`."""
     port = free_port()
     return Service(
         "echo-backend",
@@ -240,16 +241,16 @@ def _spec(
 
 def build_target(name: str, tmpdir: Path, sdk_json: bool) -> TargetSpec:
     if name == "direct":
-        return _spec(name, "bench/echo_backend.py (raw ASGI + orjson, uvicorn httptools/uvloop)", _echo_http(name))
+        return _spec(name, "bench/echo_backend.py (raw ASGI + orjson, uvicorn httptools/uvloop)", echo_http(name))
     if name == "switchboard":
-        be = _echo_http(name)
+        be = echo_http(name)
         return _spec(name, "Switchboard (HTTP) -> echo_backend.py (HTTP)", be, _switchboard(name, be, tmpdir))
     if name == "switchboard-modern":
-        be = _echo_http(name)
+        be = echo_http(name)
         description = "Switchboard (HTTP, stateless 2026-07-28 requests) -> echo_backend.py (HTTP)"
         return _spec(name, description, be, _switchboard(name, be, tmpdir), era="modern")
     if name in ("python-floor", "python-floor-json"):
-        be = _echo_http(name)
+        be = echo_http(name)
         reencode = name == "python-floor-json"
         what = "decodes and re-encodes both bodies" if reencode else "passes bytes"
         description = f"bench/floor_proxy.py (uvloop + httptools callbacks, {what}) -> echo_backend.py (HTTP)"
