@@ -12,6 +12,7 @@ beyond ``max_client_connections`` a 503 (each then closes); a client that reads 
 the client still sends is read and dropped for ``LINGER_S`` at most (a lingering close): closed at once
 with the client's bytes unread, the kernel would reset the connection and the client lose the refusal.
 A request httptools cannot parse gets its 400 the same way, as a JSON-RPC error, not uvicorn's plain text.
+An upgrade the gateway does not take (h2c) is served as HTTP/1.1, body included (refused_upgrade.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from gateway.config import Limits
 from gateway.errors import INVALID_REQUEST
 from gateway.transports.coalesce import ABORT_KEY, HOLD_KEY, LOST_KEY, CoalescingTransport
 from gateway.transports.lean import HEADERS_KEY, UNIQUE_HEADERS_KEY, LeanCycle
+from gateway.transports.refused_upgrade import AfterRefusedUpgrade, body_framing, framing_head
 
 
 class _PerConnection:
@@ -148,15 +150,11 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self.logger.warning("Invalid HTTP request received.")
-            self.send_400_response(str(exc))  # llhttp's reason, e.g. "Invalid header token"
+            self._unparsable(exc)
             return
-        except httptools.HttpParserUpgrade:
-            if self._should_upgrade():
-                self.handle_websocket_upgrade()
-            else:
-                self._unsupported_upgrade_warning()
-            return
+        except httptools.HttpParserUpgrade as exc:
+            if not self._upgrade(memoryview(data)[exc.args[0] :]):
+                return
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope and not cycle.more_body:
             if conn.owed:  # the request that was owed is whole now
@@ -164,6 +162,51 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             return
         # A head begun (its scope has no cycle yet) or a body unfinished: the client owes the rest.
         self._owe(_HEAD if cycle is None or cycle.scope is not self.scope else _BODY, len(data))
+
+    def _unparsable(self, exc: httptools.HttpParserError) -> None:
+        self.logger.warning("Invalid HTTP request received.")
+        self.send_400_response(str(exc))  # llhttp's reason, e.g. "Invalid header token"
+
+    def _upgrade(self, rest: memoryview) -> bool:
+        """An upgrade request, and what its segment holds after its head: a WebSocket one is handed over
+        (uvicorn's way); any other is served as HTTP/1.1, its body and what follows read by a new parser,
+        upgrade after upgrade (a loop, not a recursion; the segment is never copied). False: the
+        connection is no longer this protocol's to read (handed over, or refused with a 400)."""
+        while True:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+                return False
+            if not self._upgrade_not_taken():
+                return False
+            try:
+                if rest:
+                    self.parser.feed_data(rest)
+                return True
+            except httptools.HttpParserError as exc:
+                self._unparsable(exc)
+                return False
+            except httptools.HttpParserUpgrade as exc:
+                rest = rest[exc.args[0] :]
+
+    def _upgrade_not_taken(self) -> bool:
+        """Serve a request whose upgrade the gateway does not take as HTTP/1.1 (refused_upgrade.py): a new
+        parser, told the request's framing, reads its body, then the connection's next requests. False:
+        that framing does not parse, and the 400 was sent."""
+        self.logger.debug("Upgrade to %r not taken: served as HTTP/1.1.", self._get_upgrade())
+        framing = body_framing(self.headers)
+        parser = httptools.HttpRequestParser(AfterRefusedUpgrade(self, framing is not None))
+        self.parser = parser
+        if framing is None:
+            return True
+        cycle = self.cycle
+        if cycle is not None:  # (the upgrade request's head made it; its app has not run yet)
+            cycle.more_body = True  # httptools marked it complete at its head
+        try:
+            parser.feed_data(framing_head(framing))
+        except httptools.HttpParserError as exc:
+            self.send_400_response(str(exc))
+            return False
+        return True
 
     def on_headers_complete(self) -> None:
         if self.url in self._conn.lean_posts and self._lean_start():
