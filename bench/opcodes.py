@@ -72,22 +72,9 @@ def serve(out: str, argv: list[str]) -> None:
     runpy.run_module("gateway", run_name="__main__")
 
 
-def _wait_port(port: int, timeout: float = 60.0) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit(f"nothing listens on {port} after {timeout:g} s")
-
-
 def count(era: str, calls: int, warmup: int) -> dict[Key, tuple[float, float]]:
     """Bytecodes and frame entries per call, by function, for ``calls`` calls of ``era``."""
-    from tools.procs import free_port
+    from tools.procs import free_port, wait_for_port
 
     python = sys.executable
     fixed = str(ROOT / "bench" / "fixed_calls.py")
@@ -111,8 +98,8 @@ def count(era: str, calls: int, warmup: int) -> dict[Key, tuple[float, float]]:
             stderr=quiet,
         )
         try:
-            _wait_port(backend_port)
-            _wait_port(port)
+            wait_for_port("127.0.0.1", backend_port, 60, backend)
+            wait_for_port("127.0.0.1", port, 60, gateway)
             subprocess.run([python, fixed, str(port), str(warmup), "--era", era], check=True, timeout=300)
             gateway.send_signal(signal.SIGUSR1)
             time.sleep(0.5)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import resource
 from collections.abc import Callable
 from typing import Any, cast
@@ -192,7 +193,8 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         """Serve a request whose upgrade the gateway does not take as HTTP/1.1 (refused_upgrade.py): a new
         parser, told the request's framing, reads its body, then the connection's next requests. False:
         that framing does not parse, and the 400 was sent."""
-        self.logger.debug("Upgrade to %r not taken: served as HTTP/1.1.", self._get_upgrade())
+        if self.logger.isEnabledFor(logging.DEBUG):  # (_get_upgrade scans the headers: only when it is said)
+            self.logger.debug("Upgrade to %r not taken: served as HTTP/1.1.", self._get_upgrade())
         framing = body_framing(self.headers)
         parser = httptools.HttpRequestParser(AfterRefusedUpgrade(self, framing is not None))
         self.parser = parser
@@ -204,7 +206,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         try:
             parser.feed_data(framing_head(framing))
         except httptools.HttpParserError as exc:
-            self.send_400_response(str(exc))
+            self._unparsable(exc)
             return False
         return True
 

@@ -146,14 +146,21 @@ async def test_a_client_still_sending_after_its_refusal_reads_it(gateway: Runnin
     """The refusal survives bytes the client is still sending: the gateway sends it with its end of the
     connection and then reads and drops the rest (a lingering close). Closed at once with those bytes
     unread, the kernel sends a reset instead, which discards the refusal on the client's side."""
+    # One write far over the head limit: the 431 comes while most of it is still on its way.
+    head = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"b" * (4 << 20)
+    await _refused_while_sending(gateway, head, 431)
+
+
+async def _refused_while_sending(gateway: RunningGateway, payload: bytes, status: int) -> None:
+    """``payload`` in one write; its refusal (``status``, then the close) is read whole all the same."""
     reader, writer = await _connect(_port(gateway))
     try:
-        # One write far over the head limit: the 431 comes while most of it is still on its way.
-        writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"b" * (4 << 20))
+        writer.write(payload)
         with contextlib.suppress(ConnectionError):
-            await writer.drain()
-        status, headers, _body = await read_response(reader)
-        assert status == 431 and headers["connection"] == "close"
+            async with asyncio.timeout(10):
+                await writer.drain()
+        got, headers, _body = await read_response(reader)
+        assert got == status and headers["connection"] == "close"
         assert await _closed_after(reader, 5) == b""
     finally:
         writer.close()
@@ -171,18 +178,8 @@ _UNPARSABLE = {
 async def test_a_client_still_sending_after_its_400_reads_it(gateway: RunningGateway, head: bytes) -> None:
     """A head httptools cannot parse, and 4 MiB of body in the same write: the 400 comes while most of it
     is on its way. uvicorn closed at once with those bytes unread, and the client got a reset instead."""
-    reader, writer = await _connect(_port(gateway))
     size = 4 << 20
-    try:
-        writer.write(head + b"Content-Length: %d\r\n\r\n" % size + b"x" * size)
-        with contextlib.suppress(ConnectionError):
-            async with asyncio.timeout(10):
-                await writer.drain()
-        status, headers, _body = await read_response(reader)
-        assert status == 400 and headers["connection"] == "close"
-        assert await _closed_after(reader, 5) == b""
-    finally:
-        writer.close()
+    await _refused_while_sending(gateway, head + b"Content-Length: %d\r\n\r\n" % size + b"x" * size, 400)
 
 
 async def test_the_400_is_a_json_rpc_error(gateway: RunningGateway) -> None:
