@@ -54,6 +54,7 @@ class _PerConnection:
         "limits",
         "owed",
         "owed_since",
+        "refusal",
         "socket",
         "stalled_since",
         "watch_lost",
@@ -83,6 +84,8 @@ class _PerConnection:
         self.owed = _NOTHING  # what of a request the client still owes (see data_received)
         self.owed_since = 0.0
         self.stalled_since = 0.0  # when the socket last filled up (pause_writing)
+        # A refusal (status, message) waiting for the earlier answers under way to be sent first.
+        self.refusal: tuple[bytes, str] | None = None
 
 
 class CoalescingHttpToolsProtocol(HttpToolsProtocol):
@@ -363,6 +366,10 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         if conn.socket.is_closing():
             return
         conn.idle_since = None
+        refusal = conn.refusal
+        if refusal is not None:
+            self._refuse_when_answered(refusal)
+            return
         flow = self.flow
         if flow.read_paused:  # FlowControl.resume_reading's own test, without the call
             flow.resume_reading()
@@ -419,8 +426,8 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
 
     def _refuse_request(self, owed: int, status: bytes, message: str) -> None:
         """Refuse the request whose head or body (``owed``) the client was sending: ``status`` (:meth:`_refuse`),
-        unless an earlier response on this connection is still under way (it must not be cut into), or
-        this request's own has begun; then the connection closes."""
+        after the answers still under way on this connection (:meth:`_refuse_after_earlier_answers`); if
+        this request's own answer has begun, it cannot be refused, and the connection closes alone."""
         cycle = self.cycle
         self._conn.owed = _NOTHING
         if owed == _BODY:
@@ -429,10 +436,40 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             cycle.disconnected = True
             cycle.keep_alive = False
             cycle.message_event.set()
-            answer = not cycle.response_started and not self.pipeline
-        else:
-            answer = cycle is None or cycle.response_complete
-        self._refuse(status, message, answer)
+            if cycle.response_started:
+                self._refuse(status, message, answer=False)  # its own answer has begun: it cannot be given
+                return
+            queued = [item for item in self.pipeline if item[0] is cycle]
+            if not queued:
+                self._refuse(status, message)
+                return
+            self.pipeline.remove(queued[0])  # pipelined behind answers under way: it never runs
+        elif cycle is None or cycle.response_complete:
+            self._refuse(status, message)
+            return
+        self._refuse_after_earlier_answers(status, message)
+
+    def _refuse_after_earlier_answers(self, status: bytes, message: str) -> None:
+        """Refuse once the answers under way on this connection (the one running, those pipelined
+        behind it) are sent: the client sent those requests correctly and must not lose them (nginx
+        answers a bad request after the ones before it too). Nothing more is read meanwhile: every
+        earlier request was whole before the refused one began, so none waits for more bytes, and
+        the client's further bytes wait in the kernel for the lingering close. The socket is paused
+        itself, not through uvicorn's flow control, which an app reading its request would resume."""
+        conn = self._conn
+        conn.refusal = (status, message)
+        self.flow.read_paused = False  # (what uvicorn's flow control paused is paused for good below)
+        conn.socket.pause_reading()
+
+    def _refuse_when_answered(self, refusal: tuple[bytes, str]) -> None:
+        """A response is complete and a refusal waits (:meth:`_refuse_after_earlier_answers`): the next
+        pipelined request runs, or, with none left, the refusal is sent and the connection closes."""
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self._conn.refusal = None
+        self._refuse(*refusal)
 
     def send_400_response(self, msg: str) -> None:
         """A request httptools cannot parse (``msg``: llhttp's reason). uvicorn's writes a plain-text 400 and
@@ -477,6 +514,8 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             return
         self.transport.write_eof()  # what is buffered leaves first (CoalescingTransport.write_eof)
         socket.set_protocol(_Lingering(socket, self.loop))
+        if not socket.is_reading():  # paused by flow control or a refusal that waited: the lingering reads
+            socket.resume_reading()
         # This protocol is done with the connection: uvicorn's bookkeeping and ours, with an exception
         # because uvicorn's would otherwise close the socket at once (what the lingering avoids).
         self.connection_lost(_REFUSED)

@@ -226,12 +226,18 @@ async def test_a_small_unparsable_request_gets_400_and_the_end(gateway: RunningG
     await _next_call_fine(port)
 
 
-async def test_an_unparsable_request_behind_an_answer_under_way_gets_the_close_alone(gateway: RunningGateway) -> None:
-    """Pipelined in one write behind a request not yet answered: no 400, which the client would take for
-    that request's answer (uvicorn wrote it before), just the close, as for a 431."""
+async def test_an_unparsable_request_behind_an_answer_under_way_is_refused_after_it(gateway: RunningGateway) -> None:
+    """Pipelined in one write behind a request not yet answered: that request's answer first, then the
+    400, then the close (the client sent the first request correctly and must not lose it; more cases in
+    test_pipelined_refusals.py)."""
     reader, writer = await _connect(_port(gateway))
     try:
         writer.write(_initialize() + b"G@T /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        status, _headers, body = await read_response(reader)
+        assert status == 200 and json.loads(body)["result"]["serverInfo"]
+        status, headers, body = await read_response(reader)
+        assert status == 400 and headers["connection"] == "close"
+        assert json.loads(body)["error"]["message"].startswith("Request could not be parsed")
         assert await _closed_after(reader, 5) == b""
     finally:
         writer.close()
