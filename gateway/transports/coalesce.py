@@ -16,6 +16,7 @@ the limits is transports/http_protocol.py.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
@@ -34,6 +35,7 @@ class CoalescingTransport:
         "_lost_watchers",
         "_scheduled",
         "_transport",
+        "close_while_sending",
         "held",
         "is_lost",
         "linger_s",
@@ -53,6 +55,9 @@ class CoalescingTransport:
         self.held: set[asyncio.Task[Any]] = set()
         # How long a close may wait for unsent bytes to leave (the protocol's response_send_timeout_s).
         self.linger_s = 60.0
+        # What closes the connection instead while the client is still sending a request's body (the
+        # protocol's lingering close; None otherwise): set and cleared by the protocol, read by close.
+        self.close_while_sending: Callable[[], None] | None = None
 
     # ---- tasks cancelled when the connection is lost (``HOLD_KEY``) ----------------------------
     # What a request that the client's leaving must cancel (the 2026-07-28 wire's only cancellation)
@@ -132,6 +137,11 @@ class CoalescingTransport:
                 self._transport.write(data)
 
     def close(self) -> None:
+        instead = self.close_while_sending
+        if instead is not None:
+            self.close_while_sending = None
+            instead()
+            return
         self._batch.flush_now()  # a whole response given to the batch (write_whole) leaves first
         self.flush()
         self._transport.close()

@@ -163,6 +163,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         if cycle is not None and cycle.scope is self.scope and not cycle.more_body:
             if conn.owed:  # the request that was owed is whole now
                 conn.owed = _NOTHING
+                cast(CoalescingTransport, self.transport).close_while_sending = None
             return
         # A head begun (its scope has no cycle yet) or a body unfinished: the client owes the rest.
         self._owe(_HEAD if cycle is None or cycle.scope is not self.scope else _BODY, len(data))
@@ -335,6 +336,10 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
                     self._head_too_large()
             return
         conn.owed = owed
+        # An answer that closes the connection while the client still sends its body closes it lingering.
+        cast(CoalescingTransport, self.transport).close_while_sending = (
+            self._close_while_client_sends if owed == _BODY else None
+        )
         conn.head_bytes = 0
         conn.owed_since = now = self.loop.time()
         self._due_by(now + self._allowed(owed))
@@ -430,6 +435,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         this request's own answer has begun, it cannot be refused, and the connection closes alone."""
         cycle = self.cycle
         self._conn.owed = _NOTHING
+        cast(CoalescingTransport, self.transport).close_while_sending = None
         if owed == _BODY:
             # The request's app (uvicorn's cycle may run it while the body streams in) reads
             # http.disconnect from now on, and anything it sends is dropped.
@@ -500,6 +506,16 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             )
             self.transport.write(b"".join(head) + body)
         self._close_after_refusal()
+
+    def _close_while_client_sends(self) -> None:
+        """An answer that ends the connection (the request said ``Connection: close``, or was HTTP/1.0) came
+        while its client still sends the request's body (an early 413, 401 or 411): the cycle asked the
+        transport to close (``CoalescingTransport.close_while_sending``). Closed at once, the client's
+        unread bytes would make the kernel reset the connection and the client lose the answer (Python's
+        urllib sends ``Connection: close`` on every request), so the close lingers as a refusal's does. On
+        the next callback: the cycle's own ``on_response`` runs first, as after any close."""
+        self._conn.owed = _NOTHING
+        self.loop.call_soon(self._close_after_refusal)
 
     def _close_after_refusal(self) -> None:
         """Close a connection the protocol refused itself (400, 408, 431, 503) so that the client can read the

@@ -166,6 +166,44 @@ async def _refused_while_sending(gateway: RunningGateway, payload: bytes, status
         writer.close()
 
 
+# ---- an answer that closes while its client still sends the body (an early 413) -----------------
+
+_OVERSIZE = 8 << 20  # over limits.max_body_bytes (4 MiB by default): the door answers 413 from the head
+
+
+@pytest.mark.parametrize("version", ["1.1", "1.0"])
+async def test_an_early_answer_that_closes_is_read_whole(gateway: RunningGateway, version: str) -> None:
+    """``Connection: close`` (or HTTP/1.0) and a body over the limit in one write: the 413 comes from the
+    head while most of the body is on its way, and the close that follows lingers as a refusal's does.
+    Closed at once, as uvicorn's cycle does after such an answer, the client got a reset instead."""
+    body = b"x" * _OVERSIZE
+    close = ("Connection: close",) if version == "1.1" else ()
+    accept = "Accept: application/json, text/event-stream"
+    request = post("/mcp", body, "Content-Type: application/json", accept, *close, version=version)
+    await _refused_while_sending(gateway, request, 413)
+
+
+async def test_urllib_gets_its_413(gateway: RunningGateway) -> None:
+    """The real client behind that case: Python's urllib sends ``Connection: close`` on every request."""
+    import urllib.error
+    import urllib.request
+
+    def call() -> int:
+        request = urllib.request.Request(
+            gateway.url + "/mcp",
+            data=b"x" * _OVERSIZE,
+            headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            assert exc.headers["content-type"] == "application/json"
+            return exc.code
+
+    assert await asyncio.to_thread(call) == 413
+
+
 # ---- a request httptools cannot parse (uvicorn's 400, sent as the protocol's own refusals) ----------
 
 _UNPARSABLE = {
