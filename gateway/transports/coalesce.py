@@ -147,9 +147,10 @@ class CoalescingTransport:
         if not self.is_lost and transport.get_write_buffer_size():
             # asyncio closes only once what is buffered has left, and a client that reads nothing
             # would keep the socket for good: past linger_s the close becomes an abort.
-            self.loop.call_later(self.linger_s, self._abort_unless_lost)
+            self.loop.call_later(self.linger_s, self.abort_unless_lost)
 
-    def _abort_unless_lost(self) -> None:
+    def abort_unless_lost(self) -> None:
+        """Abort, unless the connection is gone already (a close's deadline: a timer's callback)."""
         if not self.is_lost:
             self._transport.abort()
 

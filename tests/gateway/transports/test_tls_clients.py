@@ -15,7 +15,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import socket
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +35,7 @@ from gateway.app import build_app
 from gateway.config import Config
 from gateway.core import Gateway
 from gateway.errors import INVALID_REQUEST
-from gateway.transports.http_protocol import CoalescingHttpToolsProtocol
+from gateway.transports.http_protocol import LINGER_S, CoalescingHttpToolsProtocol
 from gateway.transports.ws_server import SafeWebSocketProtocol
 from tests.gateway.transports.modern_door_support import META, headers_for, rpc
 from tests.gateway.transports.test_lean_cycle import read_response
@@ -409,6 +411,36 @@ def test_a_refusal_is_read_by_the_client(
 
     limits = {"request_head_timeout_s": HEAD_S, "max_request_head_bytes": 16384}
     assert_clean(serve_tls(loop, tmp_path, test, limits), logged)
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_refused_client_that_stays_is_let_go_after_the_linger(
+    loop: str, tmp_path: Path, logged: pytest.LogCaptureFixture
+) -> None:
+    """A client that neither reads its refusal nor closes: the TLS close waits for a close_notify that never
+    comes, for the SSL shutdown timeout (30 s) unless the protocol holds it to ``LINGER_S``, as it holds a
+    plain connection's lingering close. (A blocking TLS socket in a thread: asyncio's own client answers
+    a close_notify by itself.)"""
+
+    async def test(served: Served) -> None:
+        def refused_client() -> ssl.SSLSocket:
+            raw = socket.create_connection(("127.0.0.1", served.port))
+            tls = served.client_context.wrap_socket(raw, server_hostname="127.0.0.1")
+            tls.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le")  # half a head: 408
+            return tls
+
+        tls = await asyncio.to_thread(refused_client)
+        try:
+            start = time.monotonic()
+            async with asyncio.timeout(WAIT_S):
+                while not served.server.server_state.connections:  # noqa: ASYNC110 (uvicorn's set has no event)
+                    await asyncio.sleep(0.01)
+            await served.all_closed()
+            assert time.monotonic() - start < HEAD_S + LINGER_S + 2
+        finally:
+            tls.close()
+
+    assert_clean(serve_tls(loop, tmp_path, test, {"request_head_timeout_s": HEAD_S}), logged)
 
 
 @pytest.mark.parametrize("loop", LOOPS)
