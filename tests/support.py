@@ -443,9 +443,11 @@ async def served_by_protocol(app: Any, **options: Any) -> AsyncIterator[tuple[An
 
 
 @contextlib.asynccontextmanager
-async def served_by_gateway_protocol(app: Any, gateway: Any, backend: str) -> AsyncIterator[tuple[Any, int]]:
-    """:func:`served_by_protocol`, once ``backend`` is ready."""
-    async with served_by_protocol(app) as (server, port):
+async def served_by_gateway_protocol(
+    app: Any, gateway: Any, backend: str, **options: Any
+) -> AsyncIterator[tuple[Any, int]]:
+    """:func:`served_by_protocol` (``options``: more uvicorn settings), once ``backend`` is ready."""
+    async with served_by_protocol(app, **options) as (server, port):
         assert await gateway.connections[backend].wait_ready(10)
         yield server, port
 

@@ -137,6 +137,15 @@ class CoalescingTransport:
                 self._transport.write(data)
 
     def close(self) -> None:
+        transport = self._transport
+        if transport.is_closing():
+            # Closed already (by a close or an abort, or by the loss of the connection, after which
+            # uvicorn's connection_lost closes once more): nothing can be sent, the first close armed
+            # the deadline below if one was due, and a second close is not harmless everywhere.
+            # asyncio's SSL transport, closed twice, forgets its protocol, and every later call on it
+            # but is_closing() and abort() raises AttributeError (get_write_buffer_size() below did, in
+            # connection_lost, on every TLS connection that ended cleanly).
+            return
         instead = self.close_while_sending
         if instead is not None:
             self.close_while_sending = None
@@ -144,13 +153,14 @@ class CoalescingTransport:
             return
         self._batch.flush_now()  # a whole response given to the batch (write_whole) leaves first
         self.flush()
-        self._transport.close()
-        if not self.is_lost and self._transport.get_write_buffer_size():
+        transport.close()
+        if not self.is_lost and transport.get_write_buffer_size():
             # asyncio closes only once what is buffered has left, and a client that reads nothing
             # would keep the socket for good: past linger_s the close becomes an abort.
-            self.loop.call_later(self.linger_s, self._abort_unless_lost)
+            self.loop.call_later(self.linger_s, self.abort_unless_lost)
 
-    def _abort_unless_lost(self) -> None:
+    def abort_unless_lost(self) -> None:
+        """Abort, unless the connection is gone already (a close's deadline: a timer's callback)."""
         if not self.is_lost:
             self._transport.abort()
 

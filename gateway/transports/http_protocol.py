@@ -9,8 +9,9 @@ a request head, then its body, that does not arrive within ``request_head_timeou
 beyond ``max_client_connections`` a 503 (each then closes); a client that reads nothing for
 ``response_send_timeout_s`` while its socket is full, or while a close waits on it, is aborted
 (ADR 0023). A refusal of the protocol's own (408, 431, 503) is sent with the end of our side, and what
-the client still sends is read and dropped for ``LINGER_S`` at most (a lingering close): closed at once
-with the client's bytes unread, the kernel would reset the connection and the client lose the refusal.
+the client still sends is read and dropped for ``LINGER_S`` at most (a lingering close; under TLS, the
+TLS close's own): closed at once with the client's bytes unread, the kernel would reset the connection
+and the client lose the refusal.
 A request httptools cannot parse gets its 400 the same way, as a JSON-RPC error, not uvicorn's plain text.
 An upgrade the gateway does not take (h2c) is served as HTTP/1.1, body included (refused_upgrade.py).
 """
@@ -523,15 +524,22 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         client's kernel then drops the refusal unread (a client sending its head or body slowly is still
         sending). So the refusal is sent with the end of our side (FIN), and the socket is handed to a
         protocol that drops what the client still sends until it closes, for ``LINGER_S`` at most (nginx's
-        lingering close). Under TLS, which has no half-close, it is closed at once."""
+        lingering close). TLS has no half-close (no ``write_eof``), but its close lingers the same way:
+        asyncio's and uvloop's SSL transports send close_notify after the refusal, then read and drop what
+        the client sends until its own close_notify, for their SSL shutdown timeout (30 s) at most; here
+        ``LINGER_S`` at most, as without TLS."""
         socket = self._conn.socket
-        if self.transport.is_closing() or not socket.can_write_eof():
-            self.transport.close()
+        transport = cast(CoalescingTransport, self.transport)
+        if transport.is_closing():
+            return
+        if not socket.is_reading():  # paused by flow control or a refusal that waited: the lingering reads
+            socket.resume_reading()
+        if not socket.can_write_eof():
+            transport.close()
+            self.loop.call_later(LINGER_S, transport.abort_unless_lost)
             return
         self.transport.write_eof()  # what is buffered leaves first (CoalescingTransport.write_eof)
         socket.set_protocol(_Lingering(socket, self.loop))
-        if not socket.is_reading():  # paused by flow control or a refusal that waited: the lingering reads
-            socket.resume_reading()
         # This protocol is done with the connection: uvicorn's bookkeeping and ours, with an exception
         # because uvicorn's would otherwise close the socket at once (what the lingering avoids).
         self.connection_lost(_REFUSED)

@@ -48,3 +48,39 @@ async def test_the_transport_methods_reach_the_socket_and_keep_the_order_of_writ
         coalescing.abort()
         writer.close()
     assert transport.is_closing()
+
+
+class _ForgetsWhenClosedTwice:
+    """asyncio's SSL transport (sslproto.py) as a close sees it: closed a second time it forgets its protocol,
+    and every later call on it but is_closing() and abort() raises AttributeError."""
+
+    def __init__(self) -> None:
+        self.closing = False
+        self.forgot = False
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.forgot = self.closing
+        self.closing = True
+
+    def get_write_buffer_size(self) -> int:
+        if self.forgot:
+            raise AttributeError("'NoneType' object has no attribute '_get_write_buffer_size'")
+        return 0
+
+
+async def test_a_transport_closed_already_is_not_closed_again() -> None:
+    """uvicorn's connection_lost closes the transport once more after the loss (the SSL transport has marked
+    itself closed by then), and a close of ours may follow another: neither reaches the transport again."""
+    loop = asyncio.get_running_loop()
+    underneath = _ForgetsWhenClosedTwice()
+    coalescing = CoalescingTransport(underneath, loop)  # type: ignore[arg-type]  # the part of a transport a close uses
+    coalescing.close()
+    coalescing.close()
+    assert underneath.closing and not underneath.forgot
+    lost = _ForgetsWhenClosedTwice()
+    lost.closing = True  # the connection is lost: the transport marked itself closed
+    CoalescingTransport(lost, loop).close()  # type: ignore[arg-type]
+    assert not lost.forgot
