@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +22,7 @@ import pytest
 from gateway.config import Limits
 from tests.gateway.transports.test_lean_cycle import read_response
 from tests.support import served_by_protocol
+from tests.support_tls import make_pki
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -60,11 +64,29 @@ class HeldApp:
         await send({"type": "http.response.body", "body": body})
 
 
-@pytest.fixture
-async def served() -> AsyncIterator[tuple[HeldApp, int]]:
+@dataclass
+class Served:
+    app: HeldApp
+    port: int
+    client_context: ssl.SSLContext | None  # None: plain TCP
+
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection("127.0.0.1", self.port, ssl=self.client_context)
+
+
+@pytest.fixture(params=["tcp", "tls"])
+async def served(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Served]:
+    """Plain TCP (the FIN and the lingering close) and TLS (no half-close: close_notify, then the close)."""
     app = HeldApp()
-    async with served_by_protocol(app) as (_server, port):
-        yield app, port
+    options: dict[str, Any] = {}
+    context = None
+    if request.param == "tls":
+        pki = make_pki(tmp_path)
+        options = {"ssl_certfile": str(pki.server_cert), "ssl_keyfile": str(pki.server_key)}
+        context = ssl.create_default_context(cafile=str(pki.ca_file))
+        context.check_hostname = False
+    async with served_by_protocol(app, **options) as (_server, port):
+        yield Served(app, port, context)
 
 
 def get(path: str) -> bytes:
@@ -96,9 +118,9 @@ async def _release_later(app: HeldApp, after_s: float) -> None:
     app.release.set()
 
 
-async def test_unparsable_request_in_the_same_write(served: tuple[HeldApp, int]) -> None:
-    app, port = served
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+async def test_unparsable_request_in_the_same_write(served: Served) -> None:
+    app = served.app
+    reader, writer = await served.connect()
     try:
         writer.write(get("/held/first") + b"G@T / HTTP/1.1\r\nHost: x\r\n\r\n")
         await _started(app, "/held/first")
@@ -110,9 +132,9 @@ async def test_unparsable_request_in_the_same_write(served: tuple[HeldApp, int])
         writer.close()
 
 
-async def test_unparsable_request_behind_two_pipelined(served: tuple[HeldApp, int]) -> None:
-    app, port = served
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+async def test_unparsable_request_behind_two_pipelined(served: Served) -> None:
+    app = served.app
+    reader, writer = await served.connect()
     try:
         writer.write(get("/held/first") + get("/second"))
         await _started(app, "/held/first")
@@ -127,11 +149,11 @@ async def test_unparsable_request_behind_two_pipelined(served: tuple[HeldApp, in
         writer.close()
 
 
-async def test_bad_body_of_a_request_pipelined_behind_an_answer(served: tuple[HeldApp, int]) -> None:
+async def test_bad_body_of_a_request_pipelined_behind_an_answer(served: Served) -> None:
     """The refused request was queued behind the held one (its body is the bad part): it never runs, and
     its 400 comes after the held answer."""
-    app, port = served
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    app = served.app
+    reader, writer = await served.connect()
     try:
         chunked = b"POST /queued HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
         writer.write(get("/held/first") + chunked)
@@ -145,9 +167,9 @@ async def test_bad_body_of_a_request_pipelined_behind_an_answer(served: tuple[He
         writer.close()
 
 
-async def test_head_over_the_limit_behind_a_response_under_way(served: tuple[HeldApp, int]) -> None:
-    app, port = served
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+async def test_head_over_the_limit_behind_a_response_under_way(served: Served) -> None:
+    app = served.app
+    reader, writer = await served.connect()
     try:
         writer.write(get("/held/first"))
         await _started(app, "/held/first")
@@ -164,11 +186,11 @@ async def test_head_over_the_limit_behind_a_response_under_way(served: tuple[Hel
         writer.close()
 
 
-async def test_head_timeout_behind_a_response_under_way(served: tuple[HeldApp, int]) -> None:
+async def test_head_timeout_behind_a_response_under_way(served: Served) -> None:
     """A head begun while an earlier answer is still held: its clock runs out before that answer is
     done, and the 408 comes after it."""
-    app, port = served
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    app = served.app
+    reader, writer = await served.connect()
     try:
         writer.write(get("/held/first"))
         await _started(app, "/held/first")
@@ -181,9 +203,9 @@ async def test_head_timeout_behind_a_response_under_way(served: tuple[HeldApp, i
         writer.close()
 
 
-async def test_a_streamed_answer_is_finished_before_the_refusal(served: tuple[HeldApp, int]) -> None:
-    app, port = served
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+async def test_a_streamed_answer_is_finished_before_the_refusal(served: Served) -> None:
+    app = served.app
+    reader, writer = await served.connect()
     try:
         writer.write(get("/stream"))
         await _started(app, "/stream")
@@ -197,10 +219,9 @@ async def test_a_streamed_answer_is_finished_before_the_refusal(served: tuple[He
         writer.close()
 
 
-async def test_nothing_under_way_is_refused_at_once(served: tuple[HeldApp, int]) -> None:
+async def test_nothing_under_way_is_refused_at_once(served: Served) -> None:
     """The old path is unchanged: with every earlier answer sent, the refusal comes at once."""
-    _app, port = served
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    reader, writer = await served.connect()
     try:
         writer.write(get("/quick"))
         await _held_answer(reader, b"quick")
