@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import orjson
 
-from gateway.app import build_app
+from gateway.app import FastPath, build_app
 from gateway.config import Config
 from gateway.core import Gateway
 from gateway.transports.coalesce import HOLD_KEY, LOST_KEY, CoalescingTransport
@@ -89,7 +89,7 @@ def scope(headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
     }
 
 
-async def post(app: Any, headers: list[tuple[bytes, bytes]], message: dict[str, Any]) -> Exchange:
+async def post(app: FastPath, headers: list[tuple[bytes, bytes]], message: dict[str, Any]) -> Exchange:
     exchange = Exchange(orjson.dumps(message))
     await app(scope(headers), exchange.receive, exchange.send)
     return exchange

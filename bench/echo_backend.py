@@ -115,7 +115,7 @@ _JSON_HEADERS = [(b"content-type", b"application/json")]
 
 async def read_body(receive: Receive) -> bytes:
     """The whole request body, however many ASGI messages it came in."""
-    body = b""
+    body: bytes = b""
     while True:
         event = await receive()
         body += event.get("body", b"")

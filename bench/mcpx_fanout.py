@@ -35,10 +35,9 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -65,6 +64,9 @@ class Side:
     pid: int
     tokens: list[str]
     echoes_sender: bool  # the reference delivers a broadcast to its sender as well
+
+
+SideOf = Callable[[int], contextlib.AbstractContextManager[Side]]  # participants -> the running side
 
 
 def gateway_config(participants: int) -> dict[str, object]:
@@ -202,7 +204,7 @@ async def run(side: Side, participants: int, messages: int, window: int) -> dict
     }
 
 
-def measure(side_of: Any, participants: int, args: argparse.Namespace) -> dict[str, float]:
+def measure(side_of: SideOf, participants: int, args: argparse.Namespace) -> dict[str, float]:
     with side_of(participants) as side:
         return asyncio.run(run(side, participants, args.messages, args.window))
 
@@ -230,7 +232,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.with_reference:
         ensure_reference()
-    sides: list[tuple[str, Any]] = [("switchboard", switchboard)]
+    sides: list[tuple[str, SideOf]] = [("switchboard", switchboard)]
     if args.with_reference:
         sides.append(("reference", reference))
     for n in args.participants:

@@ -28,7 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from _typeshed import TraceFunction  # sys.settrace's own type (stub-only)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -42,13 +45,13 @@ def serve(out: str, argv: list[str]) -> None:
     opcodes: collections.Counter[Key] = collections.Counter()
     calls: collections.Counter[Key] = collections.Counter()
 
-    def local(frame: FrameType, event: str, arg: Any) -> Any:
+    def local(frame: FrameType, event: str, arg: Any) -> TraceFunction:
         if event == "opcode":
             code = frame.f_code
             opcodes[code.co_filename, code.co_firstlineno, code.co_name] += 1
         return local
 
-    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+    def tracer(frame: FrameType, event: str, arg: Any) -> TraceFunction | None:
         if event != "call":
             return None
         code = frame.f_code

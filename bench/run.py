@@ -34,6 +34,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -120,7 +121,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _install_signal_handlers() -> None:
-    def handler(signum: int, _frame: Any) -> None:
+    def handler(signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, handler)

@@ -51,7 +51,7 @@ from bench.roundtrip.report import loadavg, machine_info
 from bench.roundtrip.services import CLK_TCK, Service, machine_busy_ticks, stop_all
 from bench.roundtrip.targets import echo_http
 from bench.roundtrip.wrk import script_for
-from tools.procs import descendants, free_port, scan_procs
+from tools.procs import ProcStat, descendants, free_port, scan_procs
 
 CLIENT_INFO = {"name": "bench-workers", "version": "1"}
 
@@ -83,7 +83,7 @@ class Point:
         return self.machine_cores - self.gateway_cores - self.backend_cores - self.redis_cores - self.wrk_cores
 
 
-def _tree_ticks(pid: int, procs: dict[int, Any]) -> int:
+def _tree_ticks(pid: int, procs: dict[int, ProcStat]) -> int:
     return sum(procs[p].ticks for p in [pid, *descendants(pid, procs)] if p in procs)
 
 

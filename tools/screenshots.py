@@ -14,13 +14,14 @@ import argparse
 import asyncio
 import contextlib
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import httpx  # noqa: E402
+import httpx2  # noqa: E402
 from mcp.client import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
@@ -61,13 +62,15 @@ def config() -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def client(url: str, token: str) -> Any:
-    http = httpx.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=30)
+async def client(url: str, token: str) -> AsyncIterator[Client]:
+    # The SDK's transport is written against httpx2 (its own HTTP client, not httpx): it catches
+    # httpx2's stream and SSE errors and reads responses with httpx2.EventSource.
+    http = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=30)
     async with http, Client(streamable_http_client(url, http_client=http), mode="legacy") as session:
         yield session
 
 
-async def traffic(url: str, alice: Any) -> None:
+async def traffic(url: str, alice: Client) -> None:
     for _ in range(6):
         await alice.call_tool("fx__test_simple_text", {})
     await alice.list_tools()

@@ -52,7 +52,8 @@ class Peer:
         return peer
 
     async def recv(self, timeout: float = 5.0) -> dict[str, Any]:
-        return json.loads(await asyncio.wait_for(self.ws.recv(), timeout))
+        message: dict[str, Any] = json.loads(await asyncio.wait_for(self.ws.recv(), timeout))
+        return message
 
     async def recv_kind(self, kind: str, timeout: float = 5.0) -> dict[str, Any]:
         """The next message of this kind, skipping others (presence of unrelated joins, etc.)."""
@@ -105,7 +106,7 @@ async def refused(base: str, topic: str, token: str | None, **query: str) -> tup
         except ConnectionClosed as exc:
             assert exc.rcvd is not None
             return exc.rcvd.code, exc.rcvd.reason
-        raise AssertionError(f"expected a refusal, got {message}")
+        raise AssertionError(f"expected a refusal, got {message!r}")
 
 
 def tool_call(name: str, arguments: dict[str, Any], rpc_id: int = 1) -> dict[str, Any]:
