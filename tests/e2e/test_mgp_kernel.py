@@ -68,6 +68,7 @@ async def test_a_plain_client_sees_no_mgp_field_of_an_mgp_backend() -> None:
 
 async def test_interactive_permissions_wait_for_an_operator_and_reach_the_backend_when_answered() -> None:
     import httpx
+    import httpx2
 
     admin = {"authorization": "Bearer admin-secret"}
     config = {
@@ -89,7 +90,7 @@ async def test_interactive_permissions_wait_for_an_operator_and_reach_the_backen
             assert answered.status_code == 200 and answered.json()["grants"]["shell.execute"]["decision"] == "approved"
             assert (await http.get("/admin/mgp/permissions")).json()["pending"] == []
             assert (await http.get("/admin/mgp/permissions", headers={"authorization": "Bearer x"})).status_code == 401
-        alice = httpx.AsyncClient(headers={"authorization": "Bearer alice-token"}, timeout=20)
+        alice = httpx2.AsyncClient(headers={"authorization": "Bearer alice-token"}, timeout=20)
         async with alice, Client(streamable_http_client(gw.mcp, http_client=alice), mode="legacy") as client:
             seen = json.loads(_text(await client.call_tool("handshake_log", {})))
     received = seen["received"]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import mcp_types as types
 import pytest
 import yaml
@@ -80,7 +81,7 @@ def gateway() -> Iterator[RunningGateway]:
 
 @asynccontextmanager
 async def client_for(gw: RunningGateway, token: str) -> AsyncIterator[Client]:
-    http = httpx.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=20)
+    http = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=20)
     async with http, Client(streamable_http_client(gw.mcp, http_client=http), mode="legacy") as client:
         yield client
 

@@ -23,6 +23,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+import httpx2
 import mcp_types as types
 import pytest
 from mcp.client import Client
@@ -81,7 +82,7 @@ def page(driver: Any, gw: RunningGateway) -> Page:
 
 @asynccontextmanager
 async def client(gw: RunningGateway, token: str) -> AsyncIterator[Client]:
-    http = httpx.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=30)
+    http = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=30)
     async with http, Client(streamable_http_client(gw.mcp, http_client=http), mode="legacy") as session:
         yield session
 

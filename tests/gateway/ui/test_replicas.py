@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -43,7 +44,7 @@ async def test_a_viewer_on_one_replica_sees_a_denied_call_made_on_the_other(driv
         assert other not in await page.text("#stream-status"), "two distinct replicas"
         await page.type("#filter-principal", "bob")
         # The other replica publishes once it has heard the viewer (announced every 5 s): call until seen.
-        http_client = httpx.AsyncClient(headers={"authorization": f"Bearer {BOB}"}, timeout=30)
+        http_client = httpx2.AsyncClient(headers={"authorization": f"Bearer {BOB}"}, timeout=30)
         async with http_client, Client(streamable_http_client(two.mcp, http_client=http_client)) as bob:
             for _ in range(30):
                 with pytest.raises(MCPError):

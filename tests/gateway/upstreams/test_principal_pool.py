@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import mcp_types as types
 import pytest
 from mcp.client import Client
@@ -52,7 +53,7 @@ def config(backend: dict[str, Any], **extra: Any) -> dict[str, Any]:
 @asynccontextmanager
 async def client_for(gw: RunningGateway, token: str | None, url: str | None = None, **kw: Any) -> AsyncIterator[Client]:
     headers = {"authorization": f"Bearer {token}"} if token else {}
-    http = httpx.AsyncClient(headers=headers, timeout=20)
+    http = httpx2.AsyncClient(headers=headers, timeout=20)
     transport = streamable_http_client(url or gw.mcp, http_client=http)
     kw.setdefault("mode", "legacy")
     async with http, Client(transport, read_timeout_seconds=20, **kw) as client:
