@@ -335,7 +335,7 @@ def read_envelope(message: dict[str, Any], header_version: str | None = None) ->
     if level is _ABSENT:
         level = None  # no logLevel: no notifications/message for this request (server/utilities/logging)
     elif not isinstance(level, str):
-        raise ModernRejection(400, -32602, _wrong_type(LOG_LEVEL_KEY, f"a string, one of {_LEVEL_NAMES}", level))
+        raise ModernRejection(400, -32602, _wrong_type(LOG_LEVEL_KEY, f"a string (one of {_LEVEL_NAMES})", level))
     elif level not in _LEVELS:
         # server/utilities/logging, "Error Handling": an unrecognized level SHOULD be refused with -32602,
         # as logging/setLevel refuses one (routing/router.py).

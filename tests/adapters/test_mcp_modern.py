@@ -189,11 +189,11 @@ WRONG_TYPES = [
         id="info-name-number",
     ),
     pytest.param("info", {"name": "c", "version": None}, ".version must be a string, not null", id="info-version-null"),
-    pytest.param("level", None, f"_meta[{LEVEL!r}] must be a string, one of debug, info,", id="level-null"),
+    pytest.param("level", None, f"_meta[{LEVEL!r}] must be a string (one of debug, info,", id="level-null"),
     pytest.param(
         "level",
         7,
-        "one of debug, info, notice, warning, error, critical, alert, emergency, not a number",
+        "one of debug, info, notice, warning, error, critical, alert, emergency), not a number",
         id="level-number",
     ),
     pytest.param("level", ["debug"], "not an array", id="level-array"),

@@ -47,8 +47,8 @@ WRONG = [
     pytest.param(INFO, "me", "must be an object with a name and a version, not a string", id="info"),
     pytest.param(INFO, None, "must be an object with a name and a version, not null", id="info-null"),
     pytest.param(INFO, {"name": "me", "version": 2}, ".version must be a string, not a number", id="info-version"),
-    pytest.param(LEVEL, 3, "must be a string, one of debug, info, notice,", id="level"),
-    pytest.param(LEVEL, None, "must be a string, one of debug,", id="level-null"),
+    pytest.param(LEVEL, 3, "must be a string (one of debug, info, notice,", id="level"),
+    pytest.param(LEVEL, None, "must be a string (one of debug,", id="level-null"),
     pytest.param(LEVEL, "verbose", "'verbose' is not a log level; one of debug,", id="level-unknown"),
 ]
 

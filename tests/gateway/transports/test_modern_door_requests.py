@@ -187,8 +187,8 @@ WRONG_FIELDS = [
     pytest.param(INFO, [], "not an array", id="info-array"),
     pytest.param(INFO, {"name": "t"}, ".version is required", id="info-no-version"),
     pytest.param(INFO, {"name": 7, "version": "1"}, ".name must be a string, not a number", id="info-name-number"),
-    pytest.param(LEVEL, 7, "must be a string, one of debug,", id="level-number"),
-    pytest.param(LEVEL, None, "must be a string, one of debug,", id="level-null"),
+    pytest.param(LEVEL, 7, "must be a string (one of debug,", id="level-number"),
+    pytest.param(LEVEL, None, "must be a string (one of debug,", id="level-null"),
     pytest.param(LEVEL, "loud", "'loud' is not a log level; one of debug, info,", id="level-unknown"),
 ]
 # A named tools/call takes the door's one-pass path (read_common); a list and discovery the full checks.
