@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from adapters.mcp import LEGACY_VERSIONS
+from adapters.mcp import LEGACY_VERSIONS, LOG_LEVELS
 
 # The modern era's error codes (the numbers live in the one error table).
 from gateway.errors import (
@@ -192,6 +192,80 @@ def param_headers(input_schema: Any, arguments: Any) -> dict[str, str]:
 # ---- validating a modern request --------------------------------------------------------------
 
 
+# A key not in ``_meta``. A JSON null is not absence: it is a value of the wrong type, refused like any
+# other. No real client sends null for a field it leaves out: the official SDKs' clients omit the key
+# (python-sdk ``_make_modern_stamp``: logLevel only when set, clientInfo and capabilities dumped with
+# ``exclude_none``; typescript-sdk ``rev2026Codec.outboundEnvelope``: logLevel only when defined), and
+# the schema types none of the fields as nullable (typescript-sdk's server refuses null; ADR 0006, "Later").
+_ABSENT: Any = object()
+_LEVELS = frozenset(LOG_LEVELS)
+_LEVEL_NAMES = ", ".join(LOG_LEVELS)
+# ClientCapabilities (schema 2026-07-28): the members the spec defines, each an object. ``experimental``
+# and ``extensions`` map names to settings objects; ``sampling`` and ``elicitation`` have members that are
+# objects in turn. Any other member passes as it is: "not a closed set", a client may define its own.
+_MAPS_OF_OBJECTS = frozenset({"experimental", "extensions"})
+_CAPABILITY_MEMBERS = {"roots": (), "sampling": ("context", "tools"), "elicitation": ("form", "url")}
+
+
+def _json_type(value: Any) -> str:
+    """What a JSON value is, in the words of JSON (for a refusal's message)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _wrong_type(key: str, expected: str, value: Any) -> str:
+    return f"Invalid params: _meta[{key!r}] must be {expected}, not {_json_type(value)}"
+
+
+def _capabilities_problem(capabilities: dict[str, Any]) -> str | None:
+    """What is wrong with a client capabilities object, or None (the shapes of ``ClientCapabilities``)."""
+    where = f"_meta[{CLIENT_CAPABILITIES_KEY!r}]"
+    for name, value in capabilities.items():
+        if name in _MAPS_OF_OBJECTS:
+            if not isinstance(value, dict):
+                return f"Invalid params: {where}.{name} must be an object, not {_json_type(value)}"
+            for key, settings in value.items():
+                if not isinstance(settings, dict):
+                    return f"Invalid params: {where}.{name}[{key!r}] must be an object, not {_json_type(settings)}"
+            continue
+        members = _CAPABILITY_MEMBERS.get(name)
+        if members is None:
+            continue
+        if not isinstance(value, dict):
+            return f"Invalid params: {where}.{name} must be an object, not {_json_type(value)}"
+        for member in members:
+            sub = value.get(member, _ABSENT)
+            if sub is not _ABSENT and not isinstance(sub, dict):
+                return f"Invalid params: {where}.{name}.{member} must be an object, not {_json_type(sub)}"
+    return None
+
+
+def _client_info_problem(info: Any) -> str | None:
+    """What is wrong with a client info value, or None: an ``Implementation``, whose ``name`` and
+    ``version`` are required strings. Its optional members are for display only, and not read here."""
+    where = f"_meta[{CLIENT_INFO_KEY!r}]"
+    if not isinstance(info, dict):
+        return f"Invalid params: {where} must be an object with a name and a version, not {_json_type(info)}"
+    for member in ("name", "version"):
+        value = info.get(member, _ABSENT)
+        if value is _ABSENT:
+            return f"Invalid params: {where}.{member} is required"
+        if not isinstance(value, str):
+            return f"Invalid params: {where}.{member} must be a string, not {_json_type(value)}"
+    return None
+
+
 class Envelope(NamedTuple):
     """What a modern request says about its client, from ``params._meta`` (a named tuple: one is
     made per modern request, and a frozen dataclass costs four ``object.__setattr__`` to make)."""
@@ -203,38 +277,73 @@ class Envelope(NamedTuple):
 
 
 def read_envelope(message: dict[str, Any], header_version: str | None = None) -> Envelope:
-    """The client envelope of a modern request. The version header is compared first: a header that
-    disagrees with the body is a mismatch (-32020) whatever the versions are."""
-    params = message.get("params")
-    meta = params.get("_meta") if isinstance(params, dict) else None
-    if not isinstance(meta, dict):
+    """The client envelope of a modern request. Once the body's version is there and a string, the
+    version header is compared: a header that disagrees with the body is a mismatch (-32020) whatever
+    the versions are.
+
+    Every envelope field has the type MCP 2026-07-28 gives it (basic/index, "Per-request protocol
+    fields"; schema ``RequestMetaObject``): a field of the wrong type (null included) is refused with
+    400 and -32602, naming the key and the type it must have, never read as absent. The other fields
+    are judged once the version is one this gateway speaks: it says what they are (an unsupported
+    version's envelope is -32022 whatever it holds)."""
+    params = message.get("params", _ABSENT)
+    if params is _ABSENT:
         raise ModernRejection(400, -32602, "Invalid params: params._meta is required")
-    version = meta.get(PROTOCOL_VERSION_KEY)
-    if version is None:
+    if not isinstance(params, dict):
+        raise ModernRejection(
+            400, -32602, f"Invalid params: params must be an object carrying _meta, not {_json_type(params)}"
+        )
+    meta = params.get("_meta", _ABSENT)
+    if meta is _ABSENT:
+        raise ModernRejection(400, -32602, "Invalid params: params._meta is required")
+    if not isinstance(meta, dict):
+        raise ModernRejection(400, -32602, f"Invalid params: params._meta must be an object, not {_json_type(meta)}")
+    version = meta.get(PROTOCOL_VERSION_KEY, _ABSENT)
+    if version is _ABSENT:
         raise ModernRejection(400, -32602, f"Invalid params: _meta[{PROTOCOL_VERSION_KEY!r}] is required")
+    if not isinstance(version, str):
+        raise ModernRejection(400, -32602, _wrong_type(PROTOCOL_VERSION_KEY, "a string", version))
     if header_version is not None and header_version.strip(" \t") != version:
         raise ModernRejection(
             400,
             HEADER_MISMATCH,
             f"MCP-Protocol-Version header {header_version!r} does not match _meta protocol version {version!r}",
         )
-    if version not in MODERN_VERSIONS:  # is_modern_version: only a string equals one
+    if version not in MODERN_VERSIONS:
         raise ModernRejection(
             400,
             UNSUPPORTED_PROTOCOL_VERSION,
             f"Unsupported protocol version: {version!r}",
             {"supported": list(MODERN_VERSIONS), "requested": version},
         )
-    capabilities = meta.get(CLIENT_CAPABILITIES_KEY)
+    capabilities = meta.get(CLIENT_CAPABILITIES_KEY, _ABSENT)
+    if capabilities is _ABSENT:
+        raise ModernRejection(400, -32602, f"Invalid params: _meta[{CLIENT_CAPABILITIES_KEY!r}] is required")
     if not isinstance(capabilities, dict):
-        raise ModernRejection(400, -32602, f"Invalid params: _meta[{CLIENT_CAPABILITIES_KEY!r}] must be an object")
-    info = meta.get(CLIENT_INFO_KEY)
-    level = meta.get(LOG_LEVEL_KEY)
+        raise ModernRejection(400, -32602, _wrong_type(CLIENT_CAPABILITIES_KEY, "an object", capabilities))
+    problem = _capabilities_problem(capabilities)
+    if problem is not None:
+        raise ModernRejection(400, -32602, problem)
+    info = meta.get(CLIENT_INFO_KEY, _ABSENT)
+    if info is _ABSENT:
+        info = {}  # optional: clients SHOULD send it (basic/index)
+    else:
+        problem = _client_info_problem(info)
+        if problem is not None:
+            raise ModernRejection(400, -32602, problem)
+    level = meta.get(LOG_LEVEL_KEY, _ABSENT)
+    if level is _ABSENT:
+        level = None  # no logLevel: no notifications/message for this request (server/utilities/logging)
+    elif not isinstance(level, str):
+        raise ModernRejection(400, -32602, _wrong_type(LOG_LEVEL_KEY, f"a string (one of {_LEVEL_NAMES})", level))
+    elif level not in _LEVELS:
+        # server/utilities/logging, "Error Handling": an unrecognized level SHOULD be refused with -32602,
+        # as logging/setLevel refuses one (routing/router.py).
+        raise ModernRejection(
+            400, -32602, f"Invalid params: _meta[{LOG_LEVEL_KEY!r}] {level!r} is not a log level; one of {_LEVEL_NAMES}"
+        )
     # tuple.__new__: the named tuple's own __new__ is a Python function, and one envelope is read per request.
-    return _new_tuple(
-        Envelope,
-        (version, capabilities, info if isinstance(info, dict) else {}, level if isinstance(level, str) else None),
-    )
+    return _new_tuple(Envelope, (version, capabilities, info, level))
 
 
 _new_tuple = tuple.__new__
@@ -260,15 +369,19 @@ def read_common(
 ) -> EnvelopeFields | None:
     """:func:`read_envelope` and :func:`check_routing` at once, for a request of the common shape: a
     method whose target is named (``tools/call``, ``prompts/get``, ``resources/read``), the version
-    header equal to a modern ``_meta`` version, capabilities an object, ``Mcp-Method`` equal to the
-    method and ``Mcp-Name`` (raw header values, latin-1) to the target, in the plain form. None: not
-    that shape, and the two full checks decide (they raise the error to answer with).
+    header equal to a modern ``_meta`` version, capabilities an object (of the spec's shapes), client
+    info an object with a string name and version, a log level (if any) one of the levels,
+    ``Mcp-Method`` equal to the method and ``Mcp-Name`` (raw header values, latin-1) to the target, in
+    the plain form. None: not that shape, and the two full checks decide (they raise the error to
+    answer with). Only cheap tests are made here (``type(x) is dict``, specialized subscripts);
+    anything unusual is left to the full checks.
 
     It accepts only what the full checks accept (every test it makes is one of theirs, or stricter),
     and returns the envelope they would, as a plain tuple (equal to that :class:`Envelope`; building
     the named tuple cost ~0.4k instructions more): one pass over the request, where the two take two."""
     # Subscripts, not .get (a specialized dict read, not a method call): a key this shape needs that is
-    # missing is the KeyError below, and the full checks decide.
+    # missing is the KeyError below, a value that cannot be subscripted the TypeError, and the full
+    # checks decide.
     try:
         params = message["params"]
         if type(params) is not dict or header_name is None:
@@ -290,13 +403,25 @@ def read_common(
             return None
         version = meta[PROTOCOL_VERSION_KEY]
         capabilities = meta[CLIENT_CAPABILITIES_KEY]
-    except KeyError:
-        return None
+        # Client info as every real client sends it: an object with a string name and version. Without
+        # it (optional, unusual), the KeyError; not an object, the TypeError of its subscript (no
+        # ``type(info) is dict`` test: ~0.15k instructions a request).
+        info = meta[CLIENT_INFO_KEY]
+        if type(info["name"]) is not str or type(info["version"]) is not str:
+            return None
+        if LOG_LEVEL_KEY in meta:  # (absent, the common case: one test, where .get is a method call)
+            level = meta[LOG_LEVEL_KEY]
+            if level not in _LEVELS:  # (only a level's name is in it; an array or object: the TypeError)
+                return None
+        else:
+            level = None
+    except (KeyError, TypeError):
+        return None  # what this shape needs is missing or of another type: the full checks decide
     if version != header_version or version not in MODERN_VERSIONS or type(capabilities) is not dict:
         return None  # (no blank in a modern version: equal is equal once stripped)
-    info = meta.get(CLIENT_INFO_KEY)
-    level = meta.get(LOG_LEVEL_KEY)
-    return version, capabilities, info if isinstance(info, dict) else {}, level if isinstance(level, str) else None
+    if capabilities and _capabilities_problem(capabilities) is not None:
+        return None  # (empty, the common case: nothing to look into)
+    return version, capabilities, info, level
 
 
 def check_headers(headers: Mapping[str, str], message: dict[str, Any], envelope: Envelope) -> None:

@@ -95,12 +95,176 @@ def test_read_envelope_returns_the_client_envelope() -> None:
 
 
 def test_read_envelope_defaults_client_info_and_log_level() -> None:
-    env = m.read_envelope(request(**{m.CLIENT_INFO_KEY: None}))
+    env = m.read_envelope(request(**{m.CLIENT_INFO_KEY: None}))  # (None here: the key is left out)
     assert env.client_info == {}
     assert env.log_level is None
-    env = m.read_envelope(request(**{m.CLIENT_INFO_KEY: "not an object", m.LOG_LEVEL_KEY: 3}))
-    assert env.client_info == {}
-    assert env.log_level is None
+
+
+def raw_meta(**fields: Any) -> dict[str, Any]:
+    """A well-formed envelope with ``fields`` set as given, JSON null (None) included."""
+    return {**meta(), **{KEYS[name]: value for name, value in fields.items()}}
+
+
+KEYS = {
+    "version": m.PROTOCOL_VERSION_KEY,
+    "capabilities": m.CLIENT_CAPABILITIES_KEY,
+    "info": m.CLIENT_INFO_KEY,
+    "level": m.LOG_LEVEL_KEY,
+}
+CAPS = m.CLIENT_CAPABILITIES_KEY
+INFO = m.CLIENT_INFO_KEY
+LEVEL = m.LOG_LEVEL_KEY
+
+
+# Each envelope field of the wrong type, and what the refusal says (MCP 2026-07-28, basic/index,
+# "Per-request protocol fields"; schema RequestMetaObject, ClientCapabilities, Implementation, LoggingLevel).
+WRONG_TYPES = [
+    pytest.param("version", None, f"_meta[{m.PROTOCOL_VERSION_KEY!r}] must be a string, not null", id="version-null"),
+    pytest.param("version", 20260728, "must be a string, not a number", id="version-number"),
+    pytest.param("version", ["2026-07-28"], "must be a string, not an array", id="version-array"),
+    pytest.param("capabilities", None, f"_meta[{CAPS!r}] must be an object, not null", id="caps-null"),
+    pytest.param("capabilities", [], f"_meta[{CAPS!r}] must be an object, not an array", id="caps-array"),
+    pytest.param("capabilities", "all", "must be an object, not a string", id="caps-string"),
+    pytest.param(
+        "capabilities",
+        {"extensions": []},
+        f"_meta[{CAPS!r}].extensions must be an object, not an array",
+        id="extensions-array",
+    ),
+    pytest.param(
+        "capabilities",
+        {"extensions": "dev.cloto/mgp"},
+        ".extensions must be an object, not a string",
+        id="extensions-string",
+    ),
+    pytest.param("capabilities", {"extensions": None}, ".extensions must be an object, not null", id="extensions-null"),
+    pytest.param(
+        "capabilities",
+        {"extensions": {"dev.cloto/mgp": True}},
+        f"_meta[{CAPS!r}].extensions['dev.cloto/mgp'] must be an object, not a boolean",
+        id="extension-bool",
+    ),
+    pytest.param(
+        "capabilities",
+        {"experimental": {"x": [1]}},
+        ".experimental['x'] must be an object, not an array",
+        id="experimental-entry",
+    ),
+    pytest.param(
+        "capabilities", {"experimental": 1}, ".experimental must be an object, not a number", id="experimental"
+    ),
+    pytest.param("capabilities", {"sampling": True}, ".sampling must be an object, not a boolean", id="sampling"),
+    pytest.param(
+        "capabilities",
+        {"sampling": {"tools": True}},
+        ".sampling.tools must be an object, not a boolean",
+        id="sampling-tools",
+    ),
+    pytest.param(
+        "capabilities", {"sampling": {"context": "all"}}, ".sampling.context must be an object", id="sampling-context"
+    ),
+    pytest.param("capabilities", {"elicitation": []}, ".elicitation must be an object, not an array", id="elicitation"),
+    pytest.param(
+        "capabilities",
+        {"elicitation": {"url": None}},
+        ".elicitation.url must be an object, not null",
+        id="elicitation-url",
+    ),
+    pytest.param(
+        "capabilities", {"elicitation": {"form": 1}}, ".elicitation.form must be an object", id="elicitation-form"
+    ),
+    pytest.param("capabilities", {"roots": None}, ".roots must be an object, not null", id="roots"),
+    pytest.param(
+        "info", None, f"_meta[{INFO!r}] must be an object with a name and a version, not null", id="info-null"
+    ),
+    pytest.param("info", "c/1", "must be an object with a name and a version, not a string", id="info-string"),
+    pytest.param("info", ["c", "1"], "not an array", id="info-array"),
+    pytest.param("info", 7, "not a number", id="info-number"),
+    pytest.param("info", {}, f"_meta[{INFO!r}].name is required", id="info-empty"),
+    pytest.param("info", {"name": "c"}, f"_meta[{INFO!r}].version is required", id="info-no-version"),
+    pytest.param(
+        "info",
+        {"name": 1, "version": "1"},
+        f"_meta[{INFO!r}].name must be a string, not a number",
+        id="info-name-number",
+    ),
+    pytest.param("info", {"name": "c", "version": None}, ".version must be a string, not null", id="info-version-null"),
+    pytest.param("level", None, f"_meta[{LEVEL!r}] must be a string (one of debug, info,", id="level-null"),
+    pytest.param(
+        "level",
+        7,
+        "one of debug, info, notice, warning, error, critical, alert, emergency), not a number",
+        id="level-number",
+    ),
+    pytest.param("level", ["debug"], "not an array", id="level-array"),
+    pytest.param("level", {"level": "debug"}, "not an object", id="level-object"),
+    pytest.param("level", True, "not a boolean", id="level-bool"),
+    pytest.param(
+        "level", "loud", f"_meta[{LEVEL!r}] 'loud' is not a log level; one of debug, info,", id="level-unknown"
+    ),
+    pytest.param("level", "DEBUG", "'DEBUG' is not a log level", id="level-upper-case"),
+    pytest.param("level", "", "'' is not a log level", id="level-empty"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "said"), WRONG_TYPES)
+def test_an_envelope_field_of_the_wrong_type_is_refused_by_name(field: str, value: Any, said: str) -> None:
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": raw_meta(**{field: value})}}
+    with pytest.raises(m.ModernRejection) as excinfo:
+        m.read_envelope(message, MODERN)  # (a version of the wrong type is told before the header)
+    exc = rejected(excinfo, -32602)
+    assert exc.message.startswith("Invalid params: "), exc.message
+    assert said in exc.message
+    assert KEYS[field] in exc.message
+
+
+@pytest.mark.parametrize("level", ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"])
+def test_every_log_level_of_the_spec_is_read(level: str) -> None:
+    assert m.read_envelope(request(**{m.LOG_LEVEL_KEY: level}), MODERN).log_level == level
+
+
+@pytest.mark.parametrize(
+    "capabilities",
+    [
+        {},
+        {"sampling": {}, "elicitation": {}, "roots": {}},
+        {
+            "sampling": {"tools": {}, "context": {}},
+            "elicitation": {"form": {}, "url": {}},
+            "roots": {"listChanged": True},
+        },
+        {"extensions": {}, "experimental": {}},
+        {"extensions": {"dev.cloto/mgp": {"version": "0.8", "extensions": ["permissions"]}}},
+        {"experimental": {"x": {"any": [1, None]}}},
+        {"tasks": None, "custom": [1, 2], "elicitation": {"other": 1}},  # not a closed set: their own members
+    ],
+)
+def test_well_formed_capabilities_pass_as_sent(capabilities: dict[str, Any]) -> None:
+    env = m.read_envelope(request(**{m.CLIENT_CAPABILITIES_KEY: capabilities}), MODERN)
+    assert env.capabilities is not None and env.capabilities == capabilities
+
+
+def test_client_info_passes_with_members_of_its_own() -> None:
+    info = {"name": "c", "version": "1", "title": "C", "websiteUrl": "https://c.example", "icons": []}
+    assert m.read_envelope(request(**{m.CLIENT_INFO_KEY: info}), MODERN).client_info == info
+
+
+def test_an_unsupported_version_is_told_before_the_fields_it_would_govern() -> None:
+    meta = raw_meta(version="2099-01-01", info="x", level=3, capabilities={"extensions": []})
+    with pytest.raises(m.ModernRejection) as excinfo:
+        m.read_envelope({"params": {"_meta": meta}})
+    rejected(excinfo, m.UNSUPPORTED_PROTOCOL_VERSION)
+
+
+def test_fields_are_judged_in_the_order_of_the_spec_table() -> None:
+    meta = raw_meta(capabilities=[], info="x", level=3)
+    with pytest.raises(m.ModernRejection) as excinfo:
+        m.read_envelope({"params": {"_meta": meta}}, MODERN)
+    assert m.CLIENT_CAPABILITIES_KEY in excinfo.value.message
+    meta = raw_meta(info="x", level=3)
+    with pytest.raises(m.ModernRejection) as excinfo:
+        m.read_envelope({"params": {"_meta": meta}}, MODERN)
+    assert m.CLIENT_INFO_KEY in excinfo.value.message
 
 
 @pytest.mark.parametrize(
@@ -541,9 +705,9 @@ def test_stamp_request_without_params_or_with_odd_meta() -> None:
 
 
 def test_stamped_request_passes_read_envelope() -> None:
-    params = m.stamp_request({"name": "echo"}, {"x": {}}, {"name": "gw"}, "debug")
+    params = m.stamp_request({"name": "echo"}, {"x": {}}, {"name": "gw", "version": "1"}, "debug")
     env = m.read_envelope({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}, MODERN)
-    assert env == m.Envelope(MODERN, {"x": {}}, {"name": "gw"}, "debug")
+    assert env == m.Envelope(MODERN, {"x": {}}, {"name": "gw", "version": "1"}, "debug")
 
 
 def test_request_headers_plain_and_encoded_name() -> None:
@@ -573,8 +737,11 @@ def test_request_headers_include_param_headers_for_tools_call_only() -> None:
     }
 
 
+GW_INFO = {"name": "switchboard", "version": "1"}
+
+
 def test_request_headers_pass_the_server_side_checks() -> None:
-    params = m.stamp_request({"name": "t", "arguments": {"count": 12, "target": {"zone": "ß"}}}, {}, {}, None)
+    params = m.stamp_request({"name": "t", "arguments": {"count": 12, "target": {"zone": "ß"}}}, {}, GW_INFO, None)
     message = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params}
     headers = lower(m.request_headers("tools/call", params, SCHEMA))
     env = m.read_envelope(message, MODERN)

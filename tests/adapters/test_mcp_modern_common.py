@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, strategies as st
+import pytest
+from hypothesis import given, settings, strategies as st
 
 from adapters import mcp_modern
 from adapters.mcp_modern import (
@@ -68,10 +69,43 @@ def test_anything_else_is_left_to_the_full_checks() -> None:
     assert _full(_request(name=" echo"), "2026-07-28", b"tools/call", b" echo") is None
 
 
-def test_a_log_level_and_odd_info_are_read_as_the_full_checks_read_them() -> None:
-    meta = {PROTOCOL_VERSION_KEY: "2026-07-28", CLIENT_CAPABILITIES_KEY: {}, CLIENT_INFO_KEY: 3, LOG_LEVEL_KEY: "debug"}
+def test_a_log_level_and_capabilities_are_read_as_the_full_checks_read_them() -> None:
+    caps = {"sampling": {}, "extensions": {"dev.cloto/mgp": {"version": "0.8"}}}
+    meta = {**_request()["params"]["_meta"], CLIENT_CAPABILITIES_KEY: caps, LOG_LEVEL_KEY: "debug"}
     message = _request(meta=meta)
-    assert read_common(message, "2026-07-28", b"tools/call", b"echo") == Envelope("2026-07-28", {}, {}, "debug")
+    common = read_common(message, "2026-07-28", b"tools/call", b"echo")
+    assert common == Envelope("2026-07-28", caps, {"name": "t", "version": "1"}, "debug")
+    assert common == _full(message, "2026-07-28", b"tools/call", b"echo")
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        (CLIENT_INFO_KEY, 3),
+        (CLIENT_INFO_KEY, None),
+        (CLIENT_INFO_KEY, {"name": "t"}),
+        (CLIENT_INFO_KEY, {"name": "t", "version": 1}),
+        (LOG_LEVEL_KEY, None),
+        (LOG_LEVEL_KEY, "loud"),
+        (LOG_LEVEL_KEY, ["debug"]),
+        (CLIENT_CAPABILITIES_KEY, {"extensions": []}),
+        (CLIENT_CAPABILITIES_KEY, {"sampling": {"tools": True}}),
+    ],
+)
+def test_a_field_of_the_wrong_type_is_left_to_the_full_checks_which_refuse_it(key: str, value: Any) -> None:
+    message = _request(meta={**_request()["params"]["_meta"], key: value})
+    assert read_common(message, "2026-07-28", b"tools/call", b"echo") is None
+    with pytest.raises(ModernRejection) as excinfo:
+        mcp_modern.read_envelope(message, "2026-07-28")
+    assert excinfo.value.code == -32602 and excinfo.value.status == 400
+    assert key in excinfo.value.message
+
+
+def test_without_client_info_the_full_checks_decide_and_accept() -> None:
+    meta = {PROTOCOL_VERSION_KEY: "2026-07-28", CLIENT_CAPABILITIES_KEY: {}}
+    message = _request(meta=meta)
+    assert read_common(message, "2026-07-28", b"tools/call", b"echo") is None
+    assert _full(message, "2026-07-28", b"tools/call", b"echo") == Envelope("2026-07-28", {}, {}, None)
 
 
 def test_a_remembered_mcp_name_is_checked_as_a_new_one() -> None:
@@ -147,3 +181,72 @@ def test_it_never_accepts_what_the_full_checks_refuse(
     common = read_common(message, version, header_method, header_name)
     if common is not None:
         assert common == _full(message, version, header_method, header_name)
+
+
+# ---- any JSON in any envelope field -----------------------------------------------------------
+
+_ABSENT = object()  # the field left out of _meta
+_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+_json: st.SearchStrategy[Any] = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6)
+    | st.sampled_from([*_LEVELS, "2026-07-28", "DEBUG"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+# Besides any JSON, values shaped like each field, so that nearly valid ones (one member wrong) come up often.
+_info = _json | st.fixed_dictionaries(
+    {}, optional={"name": st.text(max_size=4) | _json, "version": st.text(max_size=4) | _json, "title": _json}
+)
+_members = st.sampled_from(["sampling", "elicitation", "roots", "experimental", "extensions", "tasks", "custom"])
+_settings = st.dictionaries(
+    st.sampled_from(["tools", "context", "form", "url", "dev.cloto/mgp", "x"]), _json, max_size=3
+)
+_capabilities = _json | st.dictionaries(_members, _settings | _json, max_size=4)
+
+
+_FIELDS = {
+    PROTOCOL_VERSION_KEY: st.just("2026-07-28") | _json,
+    CLIENT_CAPABILITIES_KEY: _capabilities,
+    CLIENT_INFO_KEY: _info,
+    LOG_LEVEL_KEY: st.sampled_from(_LEVELS) | _json,
+}
+_WELL_FORMED = {
+    PROTOCOL_VERSION_KEY: "2026-07-28",
+    CLIENT_CAPABILITIES_KEY: {},
+    CLIENT_INFO_KEY: {"name": "t", "version": "1"},
+    LOG_LEVEL_KEY: "info",
+}
+# A well-formed envelope with some of its fields changed to another value, or left out.
+_changes = st.lists(
+    st.sampled_from(sorted(_FIELDS)).flatmap(lambda key: st.tuples(st.just(key), st.just(_ABSENT) | _FIELDS[key])),
+    max_size=4,
+)
+
+
+@settings(max_examples=500)
+@given(changes=_changes, header=st.sampled_from(["2026-07-28", "2026-07-28", None]))
+def test_any_json_in_the_envelope_is_read_alike_or_refused(changes: list[tuple[str, Any]], header: str | None) -> None:
+    """For any JSON value in each envelope field, read_common returns what read_envelope returns, or
+    None; read_common never raises, and read_envelope raises nothing but ModernRejection."""
+    fields = {**_WELL_FORMED, **dict(changes)}
+    meta = {key: value for key, value in fields.items() if value is not _ABSENT}
+    message = _request(meta=meta)
+    try:
+        full: Envelope | None = mcp_modern.read_envelope(message, header)
+    except ModernRejection as exc:
+        assert exc.status == 400 and exc.code in (-32602, -32020, -32022), exc.message
+        full = None
+    common = read_common(message, header, b"tools/call", b"echo")
+    if common is not None:
+        assert common == full
+    if full is not None:
+        # What was accepted is of the spec's types.
+        assert type(full.version) is str and isinstance(full.capabilities, dict)
+        assert isinstance(full.client_info, dict)
+        if CLIENT_INFO_KEY in meta:
+            assert full.client_info is meta[CLIENT_INFO_KEY], "read as sent, never replaced"
+        assert full.log_level is None if LOG_LEVEL_KEY not in meta else full.log_level in _LEVELS

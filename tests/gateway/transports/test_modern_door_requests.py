@@ -169,6 +169,75 @@ async def test_a_malformed_envelope_is_400_invalid_params(door: httpx.AsyncClien
     assert_error(answer, 400, code)
 
 
+CAPS, INFO, LEVEL = mcp_modern.CLIENT_CAPABILITIES_KEY, mcp_modern.CLIENT_INFO_KEY, mcp_modern.LOG_LEVEL_KEY
+# Each envelope field of the wrong type (MCP 2026-07-28, basic/index "Per-request protocol fields"), and
+# what the refusal says: the _meta key and the type it must have.
+WRONG_FIELDS = [
+    pytest.param(mcp_modern.PROTOCOL_VERSION_KEY, 20260728, "must be a string, not a number", id="version-number"),
+    pytest.param(mcp_modern.PROTOCOL_VERSION_KEY, None, "must be a string, not null", id="version-null"),
+    pytest.param(CAPS, None, "must be an object, not null", id="caps-null"),
+    pytest.param(
+        CAPS, {"extensions": ["dev.cloto/mgp"]}, ".extensions must be an object, not an array", id="ext-array"
+    ),
+    pytest.param(CAPS, {"extensions": {"dev.cloto/mgp": "0.8"}}, "['dev.cloto/mgp'] must be an object", id="ext-entry"),
+    pytest.param(CAPS, {"sampling": True}, ".sampling must be an object, not a boolean", id="sampling-bool"),
+    pytest.param(CAPS, {"elicitation": {"url": []}}, ".elicitation.url must be an object", id="elicitation-url"),
+    pytest.param(INFO, "client/1", "must be an object with a name and a version, not a string", id="info-string"),
+    pytest.param(INFO, None, "must be an object with a name and a version, not null", id="info-null"),
+    pytest.param(INFO, [], "not an array", id="info-array"),
+    pytest.param(INFO, {"name": "t"}, ".version is required", id="info-no-version"),
+    pytest.param(INFO, {"name": 7, "version": "1"}, ".name must be a string, not a number", id="info-name-number"),
+    pytest.param(LEVEL, 7, "must be a string (one of debug,", id="level-number"),
+    pytest.param(LEVEL, None, "must be a string (one of debug,", id="level-null"),
+    pytest.param(LEVEL, "loud", "'loud' is not a log level; one of debug, info,", id="level-unknown"),
+]
+# A named tools/call takes the door's one-pass path (read_common); a list and discovery the full checks.
+ENVELOPE_METHODS = [("tools/call", "echo"), ("tools/list", None), ("server/discover", None)]
+
+
+@pytest.mark.parametrize(("key", "value", "said"), WRONG_FIELDS)
+@pytest.mark.parametrize(("method", "name"), ENVELOPE_METHODS, ids=[m for m, _ in ENVELOPE_METHODS])
+async def test_an_envelope_field_of_the_wrong_type_is_400_naming_the_key(
+    door: httpx.AsyncClient, method: str, name: str | None, key: str, value: Any, said: str
+) -> None:
+    params = {"name": name, "arguments": {"text": "x"}} if name else {}
+    body = rpc(method, params, "w", meta={**META, key: value})
+    answer = await door.post("/mcp", headers=headers_for(method, name), json=body)
+    error = assert_error(answer, 400, errors.INVALID_PARAMS, "w")
+    assert error["message"].startswith(f"Invalid params: _meta[{key!r}]"), error
+    assert said in error["message"], error
+
+
+@pytest.mark.parametrize("level", ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"])
+async def test_every_log_level_of_the_spec_is_taken(door: httpx.AsyncClient, level: str) -> None:
+    call = rpc(
+        "tools/call", {"name": "slow_count", "arguments": {"n": 1, "delay_s": 0}}, "l", meta={**META, LEVEL: level}
+    )
+    answer = await door.post("/mcp", headers=headers_for("tools/call", "slow_count"), json=call)
+    assert answer.status_code == 200, answer.text
+    logged = "count 1/1" in answer.text
+    assert logged == (level in ("debug", "info")), "the demo logs at info: only levels at or below it hear it"
+
+
+async def test_capabilities_of_the_spec_shapes_and_of_the_clients_own_pass(door: httpx.AsyncClient) -> None:
+    caps = {
+        "sampling": {"tools": {}},
+        "elicitation": {"form": {}, "url": {}},
+        "roots": {},
+        "experimental": {"x": {}},
+        "extensions": {"com.example/thing": {"on": True}},
+        "custom": [1, None],  # not a closed set: a client may define its own
+    }
+    meta = {**META, CAPS: caps, INFO: {"name": "t", "version": "1", "title": "T", "icons": []}}
+    for method, name in ENVELOPE_METHODS:
+        params = {"name": name, "arguments": {"text": "x"}} if name else {}
+        answer = await door.post("/mcp", headers=headers_for(method, name), json=rpc(method, params, meta=meta))
+        assert answer.status_code == 200, answer.text
+    without_info = {key: value for key, value in META.items() if key != INFO}  # clientInfo is optional (a SHOULD)
+    call = rpc("tools/call", {"name": "echo", "arguments": {"text": "x"}}, meta=without_info)
+    assert (await door.post("/mcp", headers=headers_for("tools/call", "echo"), json=call)).status_code == 200
+
+
 async def test_a_request_without_meta_but_with_the_modern_header_is_400(door: httpx.AsyncClient) -> None:
     answer = await door.post("/mcp", headers=headers_for("tools/list"), json=rpc("tools/list", meta=None))
     error = assert_error(answer, 400, errors.INVALID_PARAMS)
