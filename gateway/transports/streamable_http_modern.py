@@ -199,6 +199,13 @@ class ModernExchange:
         if envelope is None:  # not the common shape (a named tools/call, prompts/get or resources/read)
             try:
                 envelope = mcp_modern.read_envelope(message, version)
+                if version is None:
+                    # Required on every POST (transports/streamable-http, "Protocol Version Header"); the
+                    # body said modern, so the request is not a pre-2025-06-18 one that may omit it. The
+                    # official SDK servers refuse it the same way (a missing header is a mismatch).
+                    raise mcp_modern.ModernRejection(
+                        400, errors.HEADER_MISMATCH, "MCP-Protocol-Version header is required"
+                    )
                 mcp_modern.check_routing(
                     message,
                     mcp_method.decode("latin-1") if mcp_method is not None else None,

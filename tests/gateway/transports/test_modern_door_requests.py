@@ -309,6 +309,17 @@ async def test_a_missing_mcp_method_header_is_a_header_mismatch(door: httpx.Asyn
     assert "Mcp-Method" in error["message"]
 
 
+@pytest.mark.parametrize("method", ["tools/list", "tools/call", "server/discover"])
+async def test_a_missing_protocol_version_header_is_a_header_mismatch(door: httpx.AsyncClient, method: str) -> None:
+    """The body's envelope says 2026-07-28, so the header is required (the official SDK servers agree)."""
+    sent = headers_for(method, "echo" if method == "tools/call" else None)
+    del sent["mcp-protocol-version"]
+    params = {"name": "echo", "arguments": {"text": "x"}} if method == "tools/call" else {}
+    answer = await door.post("/mcp", headers=sent, json=rpc(method, params))
+    error = assert_error(answer, 400, errors.HEADER_MISMATCH)
+    assert error["message"] == "MCP-Protocol-Version header is required"
+
+
 async def test_a_base64_mcp_name_matches_its_decoded_text(door: httpx.AsyncClient) -> None:
     call = rpc("tools/call", {"name": "echo", "arguments": {"text": "hi"}}, 6)
     encoded = "=?base64?ZWNobw==?="  # "echo"
