@@ -341,12 +341,17 @@ class Router:
         if session.protocol_version is not None:
             raise jsonrpc.RpcError(jsonrpc.INVALID_REQUEST, "Session already initialized")
         params = call.params
-        version = mcp_adapter.negotiate_version(params.get("protocolVersion"))
-        session.protocol_version = version
         info = params.get("clientInfo")
         caps = params.get("capabilities")
-        session.client_info = info if isinstance(info, dict) else {}
-        session.client_capabilities = caps if isinstance(caps, dict) else {}
+        # Objects (InitializeRequest): another type is refused, never read as empty. Absent (or null, as
+        # serializers of nil maps write it) stays lenient: hand-written legacy clients often leave them out.
+        for key, value in (("capabilities", caps), ("clientInfo", info)):
+            if value is not None and type(value) is not dict:
+                raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, f"Invalid params: {key} must be an object")
+        version = mcp_adapter.negotiate_version(params.get("protocolVersion"))
+        session.protocol_version = version
+        session.client_info = info or {}
+        session.client_capabilities = caps or {}
         session.dialects = adapters.detect_dialects(params)
         await self._catalog.await_startup(session.view)
         result = self._identity(session.view)

@@ -269,6 +269,11 @@ class StreamableHttpDoor:
         await self._run(
             scope, receive, send, session, message, [("mcp-session-id", session.id)], principal=session.principal
         )
+        if session.protocol_version is None:
+            # The initialize was refused (invalid params, a policy's denial): no session is left behind to
+            # count against the limits until it idles out; the id its answer carried names nothing (404).
+            self._sessions.end(session)
+            return
         await self._shared.settle(session)
 
     async def _on_session(

@@ -79,6 +79,36 @@ async def test_requests_before_initialize_are_refused_but_ping_is_answered(gatew
     assert (await handle(gateway, session, rpc("ping")))["result"] == {}
 
 
+@pytest.mark.parametrize("key", ["capabilities", "clientInfo"])
+@pytest.mark.parametrize("value", ["x", 5, [], True])
+async def test_initialize_refuses_a_non_object_capabilities_or_client_info(
+    gateway: Gateway, key: str, value: Any
+) -> None:
+    session = gateway.open_session("test", gateway.federated, Credentials("anonymous", "anonymous"))
+    message = initialize_request(0)
+    message["params"][key] = value
+    refused = await handle(gateway, session, message)
+    assert refused["error"] == {"code": jsonrpc.INVALID_PARAMS, "message": f"Invalid params: {key} must be an object"}
+    assert session.protocol_version is None, "not initialized: the client may try again"
+    assert "result" in await handle(gateway, session, INIT)
+
+
+@pytest.mark.parametrize("absent", [None, "missing"])
+async def test_initialize_reads_absent_capabilities_and_client_info_as_empty(
+    gateway: Gateway, absent: str | None
+) -> None:
+    """Hand-written legacy clients leave them out, and serializers of nil maps write null."""
+    session = gateway.open_session("test", gateway.federated, Credentials("anonymous", "anonymous"))
+    message = initialize_request(0)
+    for key in ("capabilities", "clientInfo"):
+        if absent is None:
+            message["params"][key] = None
+        else:
+            del message["params"][key]
+    assert "result" in await handle(gateway, session, message)
+    assert session.client_capabilities == {} and session.client_info == {}
+
+
 async def test_lists_are_paged_with_opaque_cursors(gateway: Gateway) -> None:
     session = await ready_session(gateway)
     names: list[str] = []

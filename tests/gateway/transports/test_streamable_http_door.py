@@ -168,6 +168,18 @@ async def test_sessions_beyond_the_limit_are_refused_with_503() -> None:
         assert refused.json()["error"] == {"code": errors.INTERNAL_ERROR, "message": "Too many sessions"}
 
 
+async def test_a_refused_initialize_leaves_no_session_behind() -> None:
+    """Refused initializes do not use up the session limit, and the id the refusal carried names nothing."""
+    async for client in client_for({"limits": {"max_sessions": 1}}):
+        bad = rpc("initialize", {**INIT["params"], "capabilities": "none"})
+        for _ in range(3):
+            refused = await client.post("/mcp", headers=HEADERS, json=bad)
+            assert refused.json()["error"]["code"] == errors.INVALID_PARAMS
+        gone = {**HEADERS, "mcp-session-id": refused.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        assert (await client.post("/mcp", headers=gone, json=rpc("tools/list"))).status_code == 404
+        await session(client)  # the one session the limit allows is still to be had
+
+
 async def test_calls_beyond_the_in_flight_limit_are_refused_and_the_running_one_finishes() -> None:
     async for client in client_for({"limits": {"max_inflight_per_session": 1}}):
         headers = await session(client)
