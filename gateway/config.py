@@ -136,9 +136,14 @@ class Limits(_Model):
     )
     # nginx reads heads of up to 4 x 8 KiB lines and Node of up to 16 KiB; 64 KiB leaves room for long
     # bearer tokens (auth.jwt.max_token_bytes) and many headers, and bounds what a head that never
-    # ends may hold (httptools keeps a head whole until it ends).
+    # ends may hold (httptools keeps a head whole until it ends). Exact however the head arrives: in
+    # one read with others, or over many (transports/head_gauge.py).
     max_request_head_bytes: int = Field(
-        65536, ge=1024, description="Largest request head (request line and headers); a longer one gets a 431."
+        65536,
+        ge=1024,
+        description="Largest request head, in bytes as sent: from the first byte of the request line through the "
+        "blank line that ends the headers, every CRLF included (empty lines before the request line are not "
+        "counted). A longer one gets a 431 and is not read further.",
     )
     # The same bound toward backends: httptools keeps a response's unfinished header line whole too, so
     # a backend that never ends its head (or sends header lines without end) would otherwise hold memory

@@ -49,6 +49,7 @@ from gateway.upstreams.egress import (
     configure_control_plane,
     control_plane_egress,
 )
+from gateway.upstreams.fetch import fetch
 from gateway.upstreams.principal_pool import PrincipalPool
 from gateway.virtual_servers import VirtualView, door_names
 from policies import Decision
@@ -75,8 +76,11 @@ class Gateway:
         self.bus.on_health(lambda up, _problem: self.metrics.bus_up.set(1 if up else 0))
         self.metrics.watch_bus(self.bus.stats)
         self.audit = AuditLog(config.audit, self.metrics)
+        # The control plane's requests (JWKS, introspection, token endpoints: gateway/upstreams/fetch.py), with
+        # the response head cap the backends' answers get (limits need a restart: bound once).
+        self._fetch = partial(fetch, max_head_bytes=config.limits.max_response_head_bytes)
         # Upstream credentials per backend (issue 17): token exchange, client credentials, per-principal headers.
-        self.upstream_auth = UpstreamCredentials(self.audit.record)
+        self.upstream_auth = UpstreamCredentials(self.audit.record, self._fetch)
         # MGP §5: one access table for calls, lists and the mgp/access/* methods (gateway/mgp/access_methods.py).
         # Runtime grants and revocations go through the bus: every replica agrees (gateway/mgp/access_store.py).
         self.mgp_access_store = BusAccessStore(self.bus, lambda: self._tools_changed())
@@ -89,7 +93,7 @@ class Gateway:
         self.pins = PinStore(config.pinning.mode, self.bus, self.audit, self.metrics)
         self.chain = policy_chain(config, self.bus, self.pins, self.mgp_access, mgp_lifecycle)
         self.principals = PrincipalRegistry(config.principals)
-        self.authenticator = Authenticator(config.auth, self.principals, observe=self._auth_exchange)
+        self.authenticator = Authenticator(config.auth, self.principals, self._fetch, observe=self._auth_exchange)
         # Who calls (gateway/callers.py): every door asks on every request; bound here, no extra call per request.
         self.callers = Callers(config, self.authenticator, self.upstream_auth, self.tracing)
         self.authenticate = self.callers.authenticate
@@ -411,7 +415,7 @@ class Gateway:
         """
         # The authenticator first: it may refuse the new auth section (a JWKS file that is missing),
         # and a refusal must leave the running principals as they were.
-        authenticator = Authenticator(config.auth, self.principals, observe=self._auth_exchange)
+        authenticator = Authenticator(config.auth, self.principals, self._fetch, observe=self._auth_exchange)
         self.principals.replace(config.principals)
         # The old authenticator's exchanges in progress finish (bounded by their timeouts): requests await them.
         self.authenticator = authenticator

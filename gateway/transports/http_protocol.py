@@ -14,6 +14,18 @@ TLS close's own): closed at once with the client's bytes unread, the kernel woul
 and the client lose the refusal.
 A request httptools cannot parse gets its 400 the same way, as a JSON-RPC error, not uvicorn's plain text.
 An upgrade the gateway does not take (h2c) is served as HTTP/1.1, body included (refused_upgrade.py).
+
+The head limit is exact: a head is counted from the first byte of its request line through the LF of
+the blank line that ends it, CRLFs included (empty lines before a request line are no head's), and
+one of ``max_request_head_bytes`` is parsed, one byte more gets the 431 (its app never runs; it is
+not parsed past the limit), however it arrives: in one read with others (pipelined), or over many.
+A head within one segment no larger than the limit, begun in it, is within the limit, so such a
+segment costs one comparison of its length. The head gauge (head_gauge.py), which knows where each
+head begins and ends, reads first a segment larger than the limit and one that begins within a head
+or a chunked body; a segment that ends within one of those is measured once parsed (it began between
+requests, or within a body whose length is known). A request whose head comes whole and whose body
+follows in other segments meets no gauge. A head over the limit pipelined behind answers still under
+way gets its 431 once they are sent.
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ import functools
 import json
 import logging
 import resource
+import sys
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -34,6 +47,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from gateway.config import Limits
 from gateway.errors import INVALID_REQUEST
 from gateway.transports.coalesce import ABORT_KEY, HOLD_KEY, LOST_KEY, CoalescingTransport
+from gateway.transports.head_gauge import HeadGauge
 from gateway.transports.lean import HEADERS_KEY, UNIQUE_HEADERS_KEY, LeanCycle
 from gateway.transports.refused_upgrade import AfterRefusedUpgrade, body_framing, framing_head
 
@@ -47,7 +61,9 @@ class _PerConnection:
 
     __slots__ = (
         "abort",
-        "head_bytes",
+        "body_left",
+        "fast_max",
+        "gauge",
         "idle_since",
         "lean_allowed",
         "lean_limit",
@@ -81,7 +97,17 @@ class _PerConnection:
         # The limits object itself, not copies of its fields: read only when a client is slow.
         self.limits = limits
         self.idle_since: float | None = idle_since  # None while a request is under way
-        self.head_bytes = 0  # of a head that takes more than one segment, after its first
+        # Where the connection's bytes are at the end of a segment, as far as the head limit needs
+        # (head_gauge.py): between requests (no gauge, body_left 0), within a body with a Content-Length
+        # (body_left of its bytes still to come: a request sent in more than one segment, its head in
+        # the first, costs no gauge), or, with a gauge, within a head or a chunked body.
+        self.gauge: HeadGauge | None = None
+        self.body_left = 0
+        # The largest segment data_received parses without the gauge measuring it first: the head limit,
+        # or -1 while a gauge is under way (every segment then); _UNMEASURED while a measured segment is
+        # parsed, and once nothing is read as requests any more (a refused head waiting for the answers
+        # before it).
+        self.fast_max = limits.max_request_head_bytes
         self.owed = _NOTHING  # what of a request the client still owes (see data_received)
         self.owed_since = 0.0
         self.stalled_since = 0.0  # when the socket last filled up (pause_writing)
@@ -149,8 +175,12 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         # uvicorn's (the parser fed, a bad request answered 400, an upgrade handed over), with the
         # keep-alive flag set here rather than in a call, and then the one question the request
         # timeouts need: did this segment leave a request unfinished? For a request that arrives
-        # whole (every plain POST) the answer costs a few attribute reads and no clock.
+        # whole (every plain POST) the answer costs a few attribute reads and no clock. Before it, the
+        # one question the head limit needs: might the segment hold a head over it?
         conn = self._conn
+        if len(data) > conn.fast_max:
+            self._gauged(data)
+            return
         conn.idle_since = None  # busy: the pending keep-alive timer will not close
         try:
             self.parser.feed_data(data)
@@ -164,10 +194,33 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         if cycle is not None and cycle.scope is self.scope and not cycle.more_body:
             if conn.owed:  # the request that was owed is whole now
                 conn.owed = _NOTHING
+                conn.body_left = 0
                 cast(CoalescingTransport, self.transport).close_while_sending = None
             return
         # A head begun (its scope has no cycle yet) or a body unfinished: the client owes the rest.
-        self._owe(_HEAD if cycle is None or cycle.scope is not self.scope else _BODY, len(data))
+        self._owe(_HEAD if cycle is None or cycle.scope is not self.scope else _BODY, data)
+
+    def _gauged(self, data: bytes) -> None:
+        """A segment that may hold a request head over ``max_request_head_bytes``: one larger than the limit,
+        or one that goes on with a request begun in an earlier segment. The head gauge (head_gauge.py)
+        reads it first; it is parsed up to the first head over the limit, which gets the 431 (its app never
+        runs, its head is never parsed whole)."""
+        conn = self._conn
+        gauge = conn.gauge or HeadGauge(conn.limits.max_request_head_bytes, conn.body_left)
+        over = gauge.measure(data)
+        conn.fast_max = _UNMEASURED
+        self.data_received(data if over is None else data[:over])
+        self._gauge_after(gauge)
+        if over is not None and self.parser is not None and self in self.connections:
+            self._head_too_large()  # (unless the parse ended the connection: a 400, or a WebSocket handed over)
+
+    def _gauge_after(self, gauge: HeadGauge) -> None:
+        """Where ``gauge`` says a segment ended: kept for a head or a chunked body under way, else let go."""
+        conn = self._conn
+        if gauge.idle or gauge.body_left:
+            conn.gauge, conn.body_left, conn.fast_max = None, gauge.body_left, conn.limits.max_request_head_bytes
+        else:
+            conn.gauge, conn.body_left, conn.fast_max = gauge, 0, -1
 
     def _unparsable(self, exc: httptools.HttpParserError) -> None:
         self.logger.warning("Invalid HTTP request received.")
@@ -323,27 +376,46 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         # Busy: the pending timer will not close (uvicorn's hook; data_received inlines it).
         self._conn.idle_since = None
 
-    def _owe(self, owed: int, size: int) -> None:
-        """A segment (of ``size`` bytes) left a request unfinished: from now the client has the head or
-        body timeout to send the rest (the clock starts at the first segment of each). A head that goes
-        on past ``limits.max_request_head_bytes`` is refused (431): httptools keeps it all until its end."""
+    def _owe(self, owed: int, data: bytes) -> None:
+        """A segment (``data``) left a request unfinished: from now the client has the head or body timeout
+        to send the rest (the clock starts at the first segment of each). A segment parsed without the
+        head gauge began between requests or within a body with a Content-Length (_PerConnection.body_left):
+        one that ends within such a body (the head whole, the body to come) only updates what is left of
+        it; one that ends within a head or a chunked body is measured now by a gauge made for where it
+        began, which then measures every next segment until one ends between requests: a head that goes
+        on past ``limits.max_request_head_bytes`` is refused (431) the moment it holds more."""
         conn = self._conn
+        if conn.fast_max == conn.limits.max_request_head_bytes and self._unmeasured_end(owed, data):
+            return
         if owed == conn.owed:
-            if owed == _HEAD:
-                # Counted from its second segment: the first may hold a whole earlier request (pipelined),
-                # and one segment is at most what asyncio reads at once (256 KiB).
-                conn.head_bytes += size
-                if conn.head_bytes > conn.limits.max_request_head_bytes:
-                    self._head_too_large()
             return
         conn.owed = owed
         # An answer that closes the connection while the client still sends its body closes it lingering.
         cast(CoalescingTransport, self.transport).close_while_sending = (
             self._close_while_client_sends if owed == _BODY else None
         )
-        conn.head_bytes = 0
         conn.owed_since = now = self.loop.time()
         self._due_by(now + self._allowed(owed))
+
+    def _unmeasured_end(self, owed: int, data: bytes) -> bool:
+        """:meth:`_owe`'s account of a segment parsed without the gauge; True: a head over the limit, refused."""
+        conn = self._conn
+        left = conn.body_left
+        if owed == _BODY:
+            if len(data) < left:  # all of it the body under way since an earlier segment
+                conn.body_left = left - len(data)
+                return False
+            # The body of a request begun in this segment (its cycle has every byte of it read so far).
+            framing = body_framing(self.headers)
+            if framing is not None and framing.startswith(b"content-length:"):
+                conn.body_left = int(framing[15:]) - len(self.cycle.body)
+                return False
+        gauge = HeadGauge(conn.limits.max_request_head_bytes, left)  # from where the segment began
+        if gauge.measure(data) is not None:  # a segment of the limit's size, all of it an unfinished head
+            self._head_too_large()
+            return True
+        self._gauge_after(gauge)
+        return False
 
     def _allowed(self, owed: int) -> float:
         """The time a client has to send the head or body it owes."""
@@ -419,8 +491,13 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             self.timeout_keep_alive_handler()
 
     def _head_too_large(self) -> None:
-        head_limit = self._conn.limits.max_request_head_bytes
+        """A request head over ``max_request_head_bytes`` (none of it parsed past the limit, its app never
+        run): a 431, then the close, after the answers still under way (:meth:`_refuse_request`), during
+        which nothing more is read, so the gauge is done with."""
+        conn = self._conn
+        head_limit = conn.limits.max_request_head_bytes
         self.logger.info("Request head over %d bytes: 431, connection closed.", head_limit)
+        conn.gauge, conn.body_left, conn.fast_max = None, 0, _UNMEASURED
         self._refuse_request(_HEAD, b"431 Request Header Fields Too Large", f"Request head over {head_limit} bytes")
 
     def _request_timed_out(self, owed: int) -> None:
@@ -568,6 +645,7 @@ class _Lingering(asyncio.Protocol):
 # lingering_timeout is 5 s between reads, 30 s in all; a refused client gets less).
 LINGER_S = 2.0
 _REFUSED = ConnectionAbortedError("refused by the gateway (lingering close)")
+_UNMEASURED = sys.maxsize  # _PerConnection.fast_max: no segment is measured
 _NOTHING, _HEAD, _BODY = 0, 1, 2  # what of a request a client owes (_PerConnection.owed)
 _DEFAULT_LIMITS = Limits()  # for an app that names none (tests' own apps)
 _refusals_logged = [float("-inf")]  # when a refused connection was last logged (loop time)

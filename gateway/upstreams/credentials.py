@@ -46,7 +46,8 @@ from gateway import jsonrpc
 from gateway.config_backend import Backend as BackendConfig
 from gateway.config_upstream_auth import ClientCredentialsAuth, PrincipalHeadersAuth, TokenExchangeAuth
 from gateway.errors import UPSTREAM_CREDENTIAL
-from gateway.upstreams.oauth_client import IssuedToken, TokenClient, TokenError
+from gateway.upstreams.fetch import fetch
+from gateway.upstreams.oauth_client import Fetch, IssuedToken, TokenClient, TokenError
 from gateway.upstreams.user_sessions import CallHeaders
 
 log = logging.getLogger(__name__)
@@ -325,8 +326,11 @@ class PrincipalHeadersProvider(Provider):
 class UpstreamCredentials:
     """Every backend's provider, made from its config when its connection is made (config or runtime)."""
 
-    def __init__(self, audit: Audit) -> None:
+    def __init__(self, audit: Audit, fetcher: Fetch = fetch) -> None:
+        """``fetcher``: the token endpoints' exchange (gateway/upstreams/fetch.py's, bound to the configured
+        limits by gateway/core.py)."""
         self._audit = audit
+        self._fetch = fetcher
         # Backend name → its provider; read by the forwarder on every call (a dict lookup, no Python call).
         self.providers: dict[str, Provider] = {}
         self._retired: list[Provider] = []  # replaced by a runtime re-registration: closed with the rest
@@ -342,9 +346,9 @@ class UpstreamCredentials:
             # A backend registered again at runtime (MGP §15) with another auth: a provider of its own.
             self._retired.append(self.providers.pop(name))
         if isinstance(auth, ClientCredentialsAuth):
-            provider = ClientCredentialsProvider(name, auth, self._audit)
+            provider = ClientCredentialsProvider(name, auth, self._audit, TokenClient(auth, self._fetch))
         elif isinstance(auth, TokenExchangeAuth):
-            provider = TokenExchangeProvider(name, auth, self._audit)
+            provider = TokenExchangeProvider(name, auth, self._audit, TokenClient(auth, self._fetch))
             self.exchanges = True
         elif isinstance(auth, PrincipalHeadersAuth):
             provider = PrincipalHeadersProvider(name, auth, self._audit)

@@ -9,7 +9,8 @@ Invariants:
 
 - Every exchange is bounded in time (``timeout_s`` covers every hop's connect, headers and body) and
   in size (``max_bytes``); a larger body is an :class:`~gateway.upstreams.httpclient.HttpError`,
-  never a partial document.
+  never a partial document. So is its response head (``max_head_bytes``: the gateway gives its
+  callers this function with ``limits.max_response_head_bytes`` bound, gateway/core.py).
 - Redirects (RFC 9110 §15.4: 301, 302, 303, 307, 308) are followed only within the origin of the
   first URL (same scheme, host and port, RFC 6454 §4), at most ``max_redirects`` times and never to
   a URL already visited; anything else is an HttpError naming both origins. Same origin is what keeps
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
 from gateway.upstreams.egress import BackendEgress, Route, control_plane
-from gateway.upstreams.httpclient import ConnectionPool, HttpError, target_of
+from gateway.upstreams.httpclient import MAX_HEAD_BYTES, ConnectionPool, HttpError, target_of
 
 DEFAULT_MAX_BYTES = 1024 * 1024
 DEFAULT_MAX_REDIRECTS = 5
@@ -57,9 +58,11 @@ async def fetch(
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_redirects: int = DEFAULT_MAX_REDIRECTS,
     egress: BackendEgress | None = None,
+    max_head_bytes: int = MAX_HEAD_BYTES,
 ) -> Fetched:
     """One request to ``url`` and its whole answer, after same-origin redirects (module docstring).
-    ``egress``: the proxy and TLS settings; None: the control plane's (set at start)."""
+    ``egress``: the proxy and TLS settings; None: the control plane's (set at start). ``max_head_bytes``:
+    a response head still unfinished past that fails the exchange (ADR 0023)."""
     route_of = (egress or control_plane()).route
     origin = _origin(url)
     first = url
@@ -68,7 +71,7 @@ async def fetch(
     try:
         async with asyncio.timeout(timeout_s):
             for _hop in range(max_redirects + 1):
-                answer = await _exchange(method, url, header_map, body, timeout_s, max_bytes, route_of)
+                answer = await _exchange(method, url, header_map, body, timeout_s, max_bytes, max_head_bytes, route_of)
                 location = answer.headers.get("location")
                 if answer.status not in REDIRECTS or not location:
                     return answer
@@ -93,9 +96,12 @@ async def _exchange(
     body: bytes,
     timeout_s: float,
     max_bytes: int,
+    max_head_bytes: int,
     route_of: Callable[[str], Route],
 ) -> Fetched:
-    pool = ConnectionPool(url, max_connections=1, connect_timeout_s=timeout_s, route=route_of(url))
+    pool = ConnectionPool(
+        url, max_connections=1, connect_timeout_s=timeout_s, route=route_of(url), max_head_bytes=max_head_bytes
+    )
     try:
         response = await pool.request(method, target_of(url), headers, body)
         chunks: list[bytes] = []

@@ -15,6 +15,7 @@ from hypothesis import given, strategies as st
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.sync.client import connect
 
+from gateway.config import Limits
 from tests.security.fuzz.clients import SseSession
 from tests.security.fuzz.support import (
     ADMIN,
@@ -147,6 +148,18 @@ def assert_unauthorized(answer: Answer, what: Any = None) -> None:
     assert_door_answer(answer, what)
 
 
+def assert_refused(answer: Answer, authorization: bytes, what: Any = None) -> None:
+    """A 401 for bad credentials; for credentials longer than the head limit by themselves, the head's 431
+    (the protocol refuses the head before any door reads it: transports/http_protocol.py)."""
+    if len(authorization) <= HEAD_LIMIT:
+        assert_unauthorized(answer, what)
+        return
+    context = (what, answer.status, answer.raw[:300])
+    assert answer.status == 431, context
+    assert json.loads(answer.raw)["error"]["message"] == f"Request head over {HEAD_LIMIT} bytes", context
+
+
+HEAD_LIMIT = Limits().max_request_head_bytes  # the authed gateway's
 DEEP_JSON = deep(3000)
 
 
@@ -252,14 +265,16 @@ class AuthDoors:
         ]
 
     def check(self, authorization: bytes) -> None:
+        over = len(authorization) > HEAD_LIMIT
         for method, url, headers, body in self.probes(authorization):
-            assert_unauthorized(exchange(self.client, method, url, headers, body), (method, url, authorization[:80]))
+            answer = exchange(self.client, method, url, headers, body)
+            assert_refused(answer, authorization, (method, url, authorization[:80]))
         status, _ = first_sse_event(
             self.client,
             self.gw.mcp,
             {"accept": "text/event-stream", "mcp-session-id": self.session_id, "authorization": authorization},
         )
-        assert status == 401, authorization[:80]
+        assert status == (431 if over else 401), authorization[:80]
         with self.client.stream(
             "GET", f"{self.gw.url}/sse", headers={"accept": "text/event-stream", "authorization": authorization}
         ) as response:
@@ -268,12 +283,14 @@ class AuthDoors:
             )
             if answer.status != 200:
                 answer.messages.append(json.loads(answer.raw))
-            assert_unauthorized(answer, ("GET /sse", authorization[:80]))
+            assert_refused(answer, authorization, ("GET /sse", authorization[:80]))
         # The admin API (its own token) and the MCPx topic API: refused too, never a 5xx.
         for path in ("/admin/principals", "/admin/pins", "/v0.1/topics", "/v0.1/topics/creds/participants"):
             response = self.client.get(f"{self.gw.url}{path}", headers={"authorization": authorization})
-            assert response.status_code == 401, (path, authorization[:80], response.status_code, response.text[:200])
-            assert response.headers.get("www-authenticate", "").startswith("Bearer"), (path, response.headers)
+            context = (path, authorization[:80], response.status_code, response.text[:200])
+            assert response.status_code == (431 if over else 401), context
+            if not over:
+                assert response.headers.get("www-authenticate", "").startswith("Bearer"), (path, response.headers)
         assert_ws_refused(self.gw, authorization)
         assert_mcpx_refused(self.gw, authorization)
 
