@@ -181,6 +181,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         if len(data) > conn.fast_max:
             self._gauged(data)
             return
+        idle_since = conn.idle_since
         conn.idle_since = None  # busy: the pending keep-alive timer will not close
         try:
             self.parser.feed_data(data)
@@ -196,6 +197,11 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
                 conn.owed = _NOTHING
                 conn.body_left = 0
                 cast(CoalescingTransport, self.transport).close_while_sending = None
+            elif cycle.response_complete:
+                # Nothing but empty lines since the last answer (llhttp skips them before a request line, RFC
+                # 9112 §2.2): still idle since then. Marked busy, the connection was never closed again (a
+                # CRLF now and then held it open for good).
+                conn.idle_since = idle_since
             return
         # A head begun (its scope has no cycle yet) or a body unfinished: the client owes the rest.
         self._owe(_HEAD if cycle is None or cycle.scope is not self.scope else _BODY, data)

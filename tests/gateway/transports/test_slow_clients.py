@@ -111,6 +111,30 @@ async def test_a_connection_idle_after_its_answer_is_closed_after_the_keep_alive
         writer.close()
 
 
+async def test_empty_lines_after_an_answer_do_not_keep_a_connection_open(gateway: RunningGateway) -> None:
+    """Empty lines before a request line are skipped (RFC 9112 §2.2) and are no activity: a client sending
+    a CRLF now and then is closed once idle for keep_alive_timeout_s since its last answer. It was never
+    closed: each CRLF marked the connection busy, and only an answer marked it idle again."""
+    reader, writer = await _connect(_port(gateway))
+    try:
+        writer.write(_initialize())
+        status, _headers, _body = await read_response(reader)
+        assert status == 200
+        answered = asyncio.get_running_loop().time()
+        with contextlib.suppress(ConnectionError):
+            for _ in range(int(IDLE_S * 4 / 0.2)):
+                writer.write(b"\r\n")
+                await writer.drain()
+                await asyncio.sleep(0.2)
+                if reader.at_eof():
+                    break
+        assert await _closed_after(reader, 1) == b""
+        assert asyncio.get_running_loop().time() - answered < IDLE_S * 2.5, "closed by the idle timeout"
+    finally:
+        writer.close()
+    await _next_call_fine(_port(gateway))
+
+
 @pytest.mark.parametrize(
     "part",
     [b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le", b"G", b"GET /healthz HTTP/1.1\r\n"],
