@@ -162,7 +162,7 @@ KEY_SHARING_LIMIT = 29
 async def test_the_protocol_stays_within_key_sharing_of_its_instance_dict() -> None:
     """One connection, one lean and one uvicorn-cycle request, the protocol's attributes counted after
     both (uvicorn sets some per request): within the limit, or each of 10,000 idle connections carries
-    ~1.3 KB more (http_protocol._PerConnection holds the gateway's own)."""
+    ~1.3 KB more (client_limits.PerConnection holds the gateway's own)."""
     probe = Probe()
     async with served_by_protocol(probe) as (server, port):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)

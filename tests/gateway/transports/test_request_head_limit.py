@@ -1,5 +1,5 @@
 """``limits.max_request_head_bytes`` holds exactly, however the client's bytes arrive (ADR 0023; the gateway's
-protocol, transports/http_protocol.py, with its head gauge, transports/head_gauge.py).
+protocol, transports/http_protocol.py and its base client_limits.py, with its head gauge, transports/head_gauge.py).
 
 A head is counted from the first byte of its request line through the blank line that ends it. One of
 exactly the limit is served, one byte more gets the 431 (a JSON-RPC error, then the close) and its app
@@ -308,7 +308,7 @@ async def test_the_gauge_comes_only_when_a_head_may_be_over_and_goes(monkeypatch
     """What keeps the hot path cheap: a request in one write, or its head in one and its body in the next
     (as HTTP clients write them), meets no gauge; a head split over writes does, and the connection is
     back on the fast path (segments up to the limit parsed at once) after that request."""
-    from gateway.transports import http_protocol
+    from gateway.transports import client_limits
     from gateway.transports.head_gauge import HeadGauge
 
     made: list[HeadGauge] = []
@@ -318,7 +318,7 @@ async def test_the_gauge_comes_only_when_a_head_may_be_over_and_goes(monkeypatch
             super().__init__(*args)
             made.append(self)
 
-    monkeypatch.setattr(http_protocol, "HeadGauge", Counted)
+    monkeypatch.setattr(client_limits, "HeadGauge", Counted)
     app = _Counted(Limits(max_request_head_bytes=LIMIT))
     body = b"{}" * 500
     data = head_of(500, body) + body

@@ -35,7 +35,8 @@ from gateway.app import build_app
 from gateway.config import Config
 from gateway.core import Gateway
 from gateway.errors import INVALID_REQUEST
-from gateway.transports.http_protocol import LINGER_S, CoalescingHttpToolsProtocol
+from gateway.transports.client_limits import LINGER_S
+from gateway.transports.http_protocol import CoalescingHttpToolsProtocol
 from gateway.transports.ws_server import SafeWebSocketProtocol
 from tests.gateway.transports.modern_door_support import META, headers_for, rpc
 from tests.gateway.transports.test_lean_cycle import read_response
