@@ -224,8 +224,13 @@ def _json_type(value: Any) -> str:
     return type(value).__name__
 
 
+def _must_be(where: str, expected: str, value: Any) -> str:
+    """A refusal's message: the field at ``where`` is not of the type it must have."""
+    return f"Invalid params: {where} must be {expected}, not {_json_type(value)}"
+
+
 def _wrong_type(key: str, expected: str, value: Any) -> str:
-    return f"Invalid params: _meta[{key!r}] must be {expected}, not {_json_type(value)}"
+    return _must_be(f"_meta[{key!r}]", expected, value)
 
 
 def _capabilities_problem(capabilities: dict[str, Any]) -> str | None:
@@ -234,20 +239,20 @@ def _capabilities_problem(capabilities: dict[str, Any]) -> str | None:
     for name, value in capabilities.items():
         if name in _MAPS_OF_OBJECTS:
             if not isinstance(value, dict):
-                return f"Invalid params: {where}.{name} must be an object, not {_json_type(value)}"
+                return _must_be(f"{where}.{name}", "an object", value)
             for key, settings in value.items():
                 if not isinstance(settings, dict):
-                    return f"Invalid params: {where}.{name}[{key!r}] must be an object, not {_json_type(settings)}"
+                    return _must_be(f"{where}.{name}[{key!r}]", "an object", settings)
             continue
         members = _CAPABILITY_MEMBERS.get(name)
         if members is None:
             continue
         if not isinstance(value, dict):
-            return f"Invalid params: {where}.{name} must be an object, not {_json_type(value)}"
+            return _must_be(f"{where}.{name}", "an object", value)
         for member in members:
             sub = value.get(member, _ABSENT)
             if sub is not _ABSENT and not isinstance(sub, dict):
-                return f"Invalid params: {where}.{name}.{member} must be an object, not {_json_type(sub)}"
+                return _must_be(f"{where}.{name}.{member}", "an object", sub)
     return None
 
 
@@ -256,13 +261,13 @@ def _client_info_problem(info: Any) -> str | None:
     ``version`` are required strings. Its optional members are for display only, and not read here."""
     where = f"_meta[{CLIENT_INFO_KEY!r}]"
     if not isinstance(info, dict):
-        return f"Invalid params: {where} must be an object with a name and a version, not {_json_type(info)}"
+        return _must_be(where, "an object with a name and a version", info)
     for member in ("name", "version"):
         value = info.get(member, _ABSENT)
         if value is _ABSENT:
             return f"Invalid params: {where}.{member} is required"
         if not isinstance(value, str):
-            return f"Invalid params: {where}.{member} must be a string, not {_json_type(value)}"
+            return _must_be(f"{where}.{member}", "a string", value)
     return None
 
 
@@ -290,14 +295,12 @@ def read_envelope(message: dict[str, Any], header_version: str | None = None) ->
     if params is _ABSENT:
         raise ModernRejection(400, -32602, "Invalid params: params._meta is required")
     if not isinstance(params, dict):
-        raise ModernRejection(
-            400, -32602, f"Invalid params: params must be an object carrying _meta, not {_json_type(params)}"
-        )
+        raise ModernRejection(400, -32602, _must_be("params", "an object carrying _meta", params))
     meta = params.get("_meta", _ABSENT)
     if meta is _ABSENT:
         raise ModernRejection(400, -32602, "Invalid params: params._meta is required")
     if not isinstance(meta, dict):
-        raise ModernRejection(400, -32602, f"Invalid params: params._meta must be an object, not {_json_type(meta)}")
+        raise ModernRejection(400, -32602, _must_be("params._meta", "an object", meta))
     version = meta.get(PROTOCOL_VERSION_KEY, _ABSENT)
     if version is _ABSENT:
         raise ModernRejection(400, -32602, f"Invalid params: _meta[{PROTOCOL_VERSION_KEY!r}] is required")

@@ -406,6 +406,13 @@ async def gone(pid: int, timeout_s: float = 10.0) -> bool:
     return True
 
 
+async def answer_lifespan(receive: Any, send: Any) -> None:
+    """A test ASGI app's lifespan: started at once, stopped when told (uvicorn's lifespan="on")."""
+    while (message := await receive())["type"] != "lifespan.shutdown":
+        await send({"type": message["type"] + ".complete"})
+    await send({"type": "lifespan.shutdown.complete"})
+
+
 @contextlib.asynccontextmanager
 async def served_by_protocol(app: Any, **options: Any) -> AsyncIterator[tuple[Any, int]]:
     """``app`` under a real uvicorn server with the gateway's own HTTP protocol (lean cycle, write

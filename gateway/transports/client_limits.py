@@ -222,15 +222,17 @@ class ClientLimitsProtocol(HttpToolsProtocol):
             return
         conn.idle_since = None
         refusal = conn.refusal
-        if refusal is not None:
-            self._refuse_when_answered(refusal)
-            return
-        flow = self.flow
-        if flow.read_paused:  # FlowControl.resume_reading's own test, without the call
-            flow.resume_reading()
+        if refusal is None:
+            flow = self.flow
+            if flow.read_paused:  # FlowControl.resume_reading's own test, without the call
+                flow.resume_reading()
         if self.pipeline:
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)
+            return
+        if refusal is not None:  # every answer before it is sent (_refuse_after_earlier_answers)
+            conn.refusal = None
+            self._refuse(*refusal)
             return
         conn.idle_since = self.loop.time()
         if self.timeout_keep_alive_task is None:
@@ -316,21 +318,12 @@ class ClientLimitsProtocol(HttpToolsProtocol):
         answers a bad request after the ones before it too). Nothing more is read meanwhile: every
         earlier request was whole before the refused one began, so none waits for more bytes, and
         the client's further bytes wait in the kernel for the lingering close. The socket is paused
-        itself, not through uvicorn's flow control, which an app reading its request would resume."""
+        itself, not through uvicorn's flow control, which an app reading its request would resume.
+        ``on_response_complete`` runs what is pipelined, then sends the refusal."""
         conn = self._conn
         conn.refusal = (status, message)
         self.flow.read_paused = False  # (what uvicorn's flow control paused is paused for good below)
         conn.socket.pause_reading()
-
-    def _refuse_when_answered(self, refusal: tuple[bytes, str]) -> None:
-        """A response is complete and a refusal waits (:meth:`_refuse_after_earlier_answers`): the next
-        pipelined request runs, or, with none left, the refusal is sent and the connection closes."""
-        if self.pipeline:
-            cycle, app = self.pipeline.pop()
-            self._start_asgi_task(cycle, app)
-            return
-        self._conn.refusal = None
-        self._refuse(*refusal)
 
     def send_400_response(self, msg: str) -> None:
         """A request httptools cannot parse (``msg``: llhttp's reason). uvicorn's writes a plain-text 400 and

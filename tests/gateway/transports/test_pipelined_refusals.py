@@ -21,7 +21,7 @@ import pytest
 
 from gateway.config import Limits
 from tests.gateway.transports.test_lean_cycle import read_response
-from tests.support import served_by_protocol
+from tests.support import answer_lifespan, served_by_protocol
 from tests.support_tls import make_pki
 
 pytestmark = pytest.mark.timeout(30)
@@ -43,10 +43,7 @@ class HeldApp:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            assert (await receive())["type"] == "lifespan.startup"
-            await send({"type": "lifespan.startup.complete"})
-            assert (await receive())["type"] == "lifespan.shutdown"
-            await send({"type": "lifespan.shutdown.complete"})
+            await answer_lifespan(receive, send)
             return
         path = scope["path"]
         self.started.append(path)

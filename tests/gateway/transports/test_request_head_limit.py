@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from gateway.config import Limits
 from gateway.errors import INVALID_REQUEST
 from tests.gateway.transports.test_lean_cycle import read_response
-from tests.support import RunningGateway, initialize_request, run_gateway, served_by_protocol
+from tests.support import RunningGateway, answer_lifespan, initialize_request, run_gateway, served_by_protocol
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -52,9 +52,7 @@ class _Counted:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (message := await receive())["type"] != "lifespan.shutdown":
-                await send({"type": message["type"] + ".complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await answer_lifespan(receive, send)
             return
         self.calls.append(scope["path"])
         body = b""

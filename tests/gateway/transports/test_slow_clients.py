@@ -20,7 +20,7 @@ from gateway.config import Limits
 from gateway.errors import INVALID_REQUEST
 from gateway.transports.coalesce import HOLD_KEY
 from tests.gateway.transports.test_lean_cycle import post, read_response
-from tests.support import RunningGateway, initialize_request, run_gateway, served_by_protocol
+from tests.support import RunningGateway, answer_lifespan, initialize_request, run_gateway, served_by_protocol
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -386,9 +386,7 @@ class _BigAnswer:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (message := await receive())["type"] != "lifespan.shutdown":
-                await send({"type": message["type"] + ".complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await answer_lifespan(receive, send)
             return
         try:
             if scope["path"] == "/small":
